@@ -1,0 +1,3 @@
+from clusterkit.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""The `clusterkit` command: argument parsing and printing only.
+
+Each verb group lives in its own module with a `register(subparsers, common)` function. Handlers
+import the heavy parts of clusterkit (boto3, submitit, jinja2) lazily, so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from clusterkit import __version__
+from clusterkit.errors import ClusterkitError
+
+# Verb-group modules, in the order their verbs appear in --help.
+COMMAND_MODULES = (
+    "clusterkit.cli.clusters",
+    "clusterkit.cli.local",
+)
+
+
+def common_options() -> argparse.ArgumentParser:
+    """Options every verb takes, so they may follow the verb: `clusterkit status 12 --output json`."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--output", "-o", choices=("table", "json"), default="table",
+                        help="table for people (default), json for scripts")
+    common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = common_options()
+    parser = argparse.ArgumentParser(
+        prog="clusterkit",
+        description="Train large models on AWS with Slurm: clusters, jobs, resilience, the software stack.",
+    )
+    parser.add_argument("--version", action="version", version=f"clusterkit {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers, common)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except ClusterkitError as error:
+        if args.debug:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
