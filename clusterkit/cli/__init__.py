@@ -58,3 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `clusterkit ... | head` closed our stdout: not an error worth a traceback.
+        sys.stderr.close()
+        return 0

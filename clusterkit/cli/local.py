@@ -1,1 +1,64 @@
-"""Placeholder replaced below."""
+"""`clusterkit local ...`: fault injection and helpers for local clusters."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from clusterkit.cli.output import print_json
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    local = subparsers.add_parser("local", help="fault injection and helpers for local clusters")
+    verbs = local.add_subparsers(dest="local_command", metavar="VERB", required=True)
+
+    crash = verbs.add_parser("crash-node", parents=[common],
+                             help="SIGKILL a node's slurmd and everything it started, as a hardware fault would")
+    crash.add_argument("name", help="cluster name")
+    crash.add_argument("node", help="node name, e.g. n2")
+    crash.set_defaults(handler=crash_node)
+
+    start = verbs.add_parser("start-node", parents=[common], help="start a crashed node's slurmd again")
+    start.add_argument("name", help="cluster name")
+    start.add_argument("node", help="node name, e.g. n2")
+    start.set_defaults(handler=start_node)
+
+    env = verbs.add_parser("env", parents=[common],
+                           help="print the shell exports for plain Slurm commands: eval \"$(clusterkit local env NAME)\"")
+    env.add_argument("name", help="cluster name")
+    env.set_defaults(handler=print_env)
+
+
+def _cluster(name: str):
+    from clusterkit.providers.local import LocalCluster
+
+    return LocalCluster.get(name)
+
+
+def crash_node(args: argparse.Namespace) -> int:
+    killed = _cluster(args.name).crash_node(args.node)
+    if args.output == "json":
+        print_json({"cluster": args.name, "node": args.node, "killed_pids": killed})
+    else:
+        print(f"node {args.node} crashed: killed {len(killed)} processes; Slurm marks it DOWN "
+              f"once SlurmdTimeout passes")
+    return 0
+
+
+def start_node(args: argparse.Namespace) -> int:
+    _cluster(args.name).start_node(args.node)
+    if args.output == "json":
+        print_json({"cluster": args.name, "node": args.node, "started": True})
+    else:
+        print(f"node {args.node} is back")
+    return 0
+
+
+def print_env(args: argparse.Namespace) -> int:
+    env = _cluster(args.name).env
+    if args.output == "json":
+        print_json(env)
+    else:
+        for key, value in env.items():
+            print(f"export {key}={shlex.quote(value)}")
+    return 0

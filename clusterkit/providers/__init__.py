@@ -1,0 +1,1 @@
+"""Cluster providers: `local` (a real Slurm cluster on this machine) and `aws` (ParallelCluster)."""

@@ -1,0 +1,362 @@
+"""A real Slurm cluster on this machine: create, describe, delete, crash and restart nodes.
+
+Each slurmd runs in a private mount and UTS namespace whose /etc/hosts maps the node names to this
+machine and whose host name is the node's name, so node names resolve inside jobs (torch
+rendezvous) and `hostname` tells nodes apart. The namespace also tells which processes belong to a
+node: crashing a node kills exactly them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from clusterkit import registry
+from clusterkit.errors import AlreadyExists, ClusterkitError, MissingDependency
+from clusterkit.providers.local import processes
+from clusterkit.providers.local.config import (
+    LocalClusterConfig,
+    LocalLayout,
+    render_gres_conf,
+    render_hosts,
+    render_mysql_conf,
+    render_slurm_conf,
+    render_slurmdbd_conf,
+)
+from clusterkit.slurm import Slurm
+
+PROVIDER = "local"
+REQUIRED_PROGRAMS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
+                     "sinfo", "sbatch", "sacct", "scontrol", "unshare", "mount")
+INSTALL_COMMAND = "apt-get install -y --no-install-recommends slurm-wlm munge slurmdbd mariadb-server"
+START_TIMEOUT = 30.0
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def check_prerequisites() -> None:
+    """Fail early, before anything is written, when this machine cannot run a local cluster."""
+    if os.geteuid() != 0:
+        raise ClusterkitError(
+            "the local provider runs munged, slurmdbd, slurmctld and slurmd as root and needs root "
+            "to give each node its own mount namespace",
+            fix="run clusterkit as root (e.g. `sudo -E clusterkit create-cluster --provider local ...`)",
+        )
+    missing = [program for program in REQUIRED_PROGRAMS if shutil.which(program) is None]
+    if missing:
+        raise MissingDependency(
+            f"missing programs for a local Slurm cluster: {', '.join(missing)}",
+            fix=f"install them with `{INSTALL_COMMAND}` (or run scripts/install-slurm.sh)",
+        )
+
+
+def _mariadb_template(progress: Progress) -> Path:
+    """An initialised MariaDB data directory, made once and copied per cluster (saves ~2 s a create)."""
+    template = registry.clusterkit_home() / "cache" / "mariadb-datadir"
+    if (template / "mysql").is_dir():
+        return template
+    progress("initialising the MariaDB template (once)")
+    building = template.with_name(f"mariadb-datadir.{os.getpid()}.tmp")
+    shutil.rmtree(building, ignore_errors=True)
+    building.mkdir(parents=True)
+    layout = LocalLayout(building.parent / f"mariadb-build.{os.getpid()}")
+    conf = building.parent / f"my.{os.getpid()}.cnf"
+    conf.write_text(render_mysql_conf(layout).replace(str(layout.mysql_data), str(building)))
+    (layout.log).mkdir(parents=True, exist_ok=True)
+    try:
+        result = subprocess.run(
+            ["mariadb-install-db", f"--defaults-file={conf}", "--auth-root-authentication-method=socket",
+             "--skip-test-db"], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ClusterkitError(f"mariadb-install-db failed: {result.stderr.strip()[-300:]}")
+        try:
+            building.rename(template)
+        except OSError:  # another create built it first
+            shutil.rmtree(building, ignore_errors=True)
+    finally:
+        conf.unlink(missing_ok=True)
+        shutil.rmtree(layout.root, ignore_errors=True)
+    return template
+
+
+class LocalCluster:
+    """A local Slurm cluster known to the registry."""
+
+    def __init__(self, record: registry.ClusterRecord) -> None:
+        if record.provider != PROVIDER:
+            raise ClusterkitError(f"cluster {record.name!r} is a {record.provider} cluster, not a local one")
+        self.record = record
+        details = record.details
+        self.config = LocalClusterConfig(
+            name=record.name, nodes=details["nodes"], cpus_per_node=details["cpus_per_node"],
+            gpus_per_node=details["gpus_per_node"], memory_mb_per_node=details["memory_mb_per_node"],
+            base_port=details["base_port"], controller_host=details["controller_host"],
+        )
+        self.layout = LocalLayout(record.directory)
+        self.slurm = Slurm(self.layout.slurm_conf)
+
+    # ----- lookup -------------------------------------------------------------------------------
+    @classmethod
+    def get(cls, name: str) -> LocalCluster:
+        return cls(registry.load(name))
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return self.record.details.setdefault("pids", {})
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a shell needs to use this cluster with plain Slurm commands."""
+        return {"SLURM_CONF": str(self.layout.slurm_conf)}
+
+    # ----- create -------------------------------------------------------------------------------
+    @classmethod
+    def _new(cls, name: str, nodes: int, cpus_per_node: int, gpus_per_node: int,
+             memory_mb_per_node: int) -> LocalCluster:
+        """A cluster object with its ports chosen, not yet saved or started."""
+        registry.check_cluster_name(name)
+        if nodes < 1 or cpus_per_node < 1 or gpus_per_node < 0:
+            raise ClusterkitError(f"invalid node shape: nodes={nodes} cpus-per-node={cpus_per_node} "
+                                  f"gpus-per-node={gpus_per_node}",
+                                  fix="nodes and cpus-per-node must be at least 1, gpus-per-node at least 0")
+        if registry.exists(name):
+            raise AlreadyExists(f"a cluster named {name!r} already exists",
+                                fix=f"use it, or delete it first with `clusterkit delete-cluster {name}`")
+        taken = [port for other in registry.all_records() if other.provider == PROVIDER
+                 for port in cls(other).config.ports]
+        base_port = processes.find_free_port_range(nodes + 2, taken)
+        return cls(registry.ClusterRecord(
+            name=name, provider=PROVIDER, created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            details={"nodes": nodes, "cpus_per_node": cpus_per_node, "gpus_per_node": gpus_per_node,
+                     "memory_mb_per_node": memory_mb_per_node, "base_port": base_port,
+                     "controller_host": socket.gethostname().split(".")[0], "pids": {}},
+        ))
+
+    @classmethod
+    def plan(cls, name: str, nodes: int = 4, cpus_per_node: int = 2, gpus_per_node: int = 0,
+             memory_mb_per_node: int = 4000) -> dict[str, Any]:
+        """The dry run of `create`: the files it would write and the daemons it would start."""
+        cluster = cls._new(name, nodes, cpus_per_node, gpus_per_node, memory_mb_per_node)
+        return {
+            "name": name, "provider": PROVIDER, "directory": str(cluster.layout.root),
+            "ports": cluster.config.ports,
+            "files": {str(path): text for path, text in cluster._rendered_files().items()},
+            "commands": [shlex.join(argv) for argv in cluster._daemon_commands().values()],
+        }
+
+    @classmethod
+    def create(cls, name: str, nodes: int = 4, cpus_per_node: int = 2, gpus_per_node: int = 0,
+               memory_mb_per_node: int = 4000, progress: Progress = _quiet) -> LocalCluster:
+        cluster = cls._new(name, nodes, cpus_per_node, gpus_per_node, memory_mb_per_node)
+        check_prerequisites()
+        try:
+            cluster._write_files(progress)
+            registry.save(cluster.record)  # before any daemon starts: delete-cluster can always clean up
+            cluster._start(progress)
+        except BaseException:
+            # Leave nothing half-made behind: no daemons, no record, no directory.
+            cluster._teardown()
+            registry.remove(name)
+            shutil.rmtree(cluster.layout.root, ignore_errors=True)
+            raise
+        return cluster
+
+    def _rendered_files(self) -> dict[Path, str]:
+        layout, config = self.layout, self.config
+        return {
+            layout.slurm_conf: render_slurm_conf(config, layout),
+            layout.gres_conf: render_gres_conf(config, layout),
+            layout.slurmdbd_conf: render_slurmdbd_conf(config, layout),
+            layout.mysql_conf: render_mysql_conf(layout),
+            layout.hosts_file: render_hosts(config),
+        }
+
+    def _daemon_commands(self) -> dict[str, list[str]]:
+        layout = self.layout
+        commands = {
+            "munged": ["munged", "--foreground", "--force", f"--socket={layout.munge_socket}",
+                       f"--key-file={layout.munge_key}", f"--pid-file={layout.run}/munged.pid",
+                       f"--log-file={layout.log}/munged.log", f"--seed-file={layout.run}/munged.seed"],
+            "mariadb": ["mariadbd", f"--defaults-file={layout.mysql_conf}"],
+            # slurmdbd reads the slurmdbd.conf beside $SLURM_CONF.
+            "slurmdbd": ["slurmdbd", "-D"],
+            "slurmctld": ["slurmctld", "-D", "-i", "-f", str(layout.slurm_conf)],
+        }
+        # A private mount + UTS namespace per node: its own /etc/hosts and host name.
+        script = 'mount --bind "$1" /etc/hosts && hostname "$2" && exec slurmd -D -N "$2" -f "$3"'
+        for node in self.config.node_names:
+            commands[f"slurmd-{node}"] = ["unshare", "--mount", "--uts", "--propagation", "private",
+                                          "sh", "-c", script, "slurmd", str(layout.hosts_file), node,
+                                          str(layout.slurm_conf)]
+        return commands
+
+    def _write_files(self, progress: Progress) -> None:
+        layout, config = self.layout, self.config
+        for directory in (layout.etc, layout.run, layout.log, layout.state, layout.spool):
+            directory.mkdir(parents=True, exist_ok=True)
+        layout.munge_socket_dir.mkdir(mode=0o711, exist_ok=True)
+        os.chmod(layout.munge_socket_dir, 0o711)
+        for node in config.node_names:
+            layout.node_spool(node).mkdir(exist_ok=True)
+        if config.gpus_per_node:
+            layout.gpu_devices.mkdir(exist_ok=True)
+            for index in range(config.gpus_per_node):
+                (layout.gpu_devices / f"gpu{index}").symlink_to("/dev/null")
+        key = os.open(layout.munge_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+        with os.fdopen(key, "wb") as handle:
+            handle.write(os.urandom(1024))
+        for path, text in self._rendered_files().items():
+            # slurmdbd refuses a config that others can read.
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                                 0o600 if path == layout.slurmdbd_conf else 0o644)
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(text)
+        shutil.copytree(_mariadb_template(progress), layout.mysql_data)
+
+    def _spawn(self, key: str, **extra_env: str) -> int:
+        env = dict(os.environ, SLURM_CONF=str(self.layout.slurm_conf), **extra_env)
+        pid = processes.spawn(self._daemon_commands()[key], self.layout.log / f"{key}.stdout", env=env)
+        self.pids[key] = pid
+        registry.save(self.record)
+        return pid
+
+    def _start(self, progress: Progress) -> None:
+        layout = self.layout
+        progress("starting munged and MariaDB")
+        self._spawn("munged")
+        self._spawn("mariadb")
+        self._wait_for_daemon("munged", lambda: layout.munge_socket.exists(), "munged.log")
+        self._wait_for_daemon("mariadb", lambda: layout.mysql_socket.exists(), "mariadb.log")
+
+        progress("starting slurmdbd")
+        # The MySQL client library finds our socket through MYSQL_UNIX_PORT.
+        self._spawn("slurmdbd", MYSQL_UNIX_PORT=str(layout.mysql_socket))
+        self._wait_for_daemon("slurmdbd", lambda: processes.port_listening(self.config.slurmdbd_port),
+                              "slurmdbd.log")
+
+        progress(f"starting slurmctld and {self.config.nodes} slurmd")
+        self._spawn("slurmctld")
+        for node in self.config.node_names:
+            self._start_slurmd(node)
+        self._wait_for_daemon("slurmctld", lambda: processes.port_listening(self.config.slurmctld_port),
+                              "slurmctld.log")
+        self._wait_for_nodes_up(self.config.node_names)
+        progress(f"cluster {self.name!r} is up: {self.config.nodes} nodes")
+
+    def _wait_for_daemon(self, key: str, ready: Callable[[], bool], log_name: str) -> None:
+        pid = self.pids[key]
+
+        def ready_or_dead() -> bool:
+            if ready():
+                return True
+            if not processes.pid_alive(pid):
+                raise ClusterkitError(f"{key} exited during start-up",
+                                      fix=f"see {self.layout.log / log_name} and {self.layout.log / key}.stdout")
+            return False
+
+        processes.wait_until(ready_or_dead, START_TIMEOUT, f"{key} to start",
+                             hint=f"see {self.layout.log / log_name}")
+
+    def _start_slurmd(self, node: str) -> None:
+        pid = self._spawn(f"slurmd-{node}")
+        own = processes.mount_namespace(os.getpid())
+        processes.wait_until(lambda: processes.mount_namespace(pid) not in (own, None) or
+                             not processes.pid_alive(pid), 10, f"slurmd of {node} to enter its namespace")
+        self.record.details.setdefault("namespaces", {})[node] = processes.mount_namespace(pid)
+        registry.save(self.record)
+
+    def _wait_for_nodes_up(self, nodes: list[str], timeout: float = START_TIMEOUT) -> None:
+        def all_up() -> bool:
+            for node in nodes:
+                pid = self.pids.get(f"slurmd-{node}")
+                if pid is None or not processes.pid_alive(pid):
+                    raise ClusterkitError(f"slurmd of node {node} exited during start-up",
+                                          fix=f"see {self.layout.log}/slurmd-{node}.log")
+            states = {n.name: n for n in self.slurm.nodes()}
+            return all(n in states and states[n].responding and
+                       states[n].base_state in ("idle", "alloc", "mix", "comp", "drain", "drng")
+                       for n in nodes)
+
+        processes.wait_until(all_up, timeout, f"nodes {', '.join(nodes)} to register",
+                             interval=0.1, hint=f"see {self.layout.log}/slurmctld.log")
+
+    # ----- describe -----------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        daemons = {key: processes.pid_alive(pid) for key, pid in self.pids.items()}
+        controller_up = daemons.get("slurmctld", False) and self.slurm.ping()
+        if controller_up:
+            nodes = [{"name": n.name, "state": n.state, "cpus": n.cpus, "gres": n.gres, "reason": n.reason}
+                     for n in self.slurm.nodes()]
+        else:
+            nodes = [{"name": n, "state": "unknown", "cpus": self.config.cpus_per_node, "gres": "",
+                      "reason": "slurmctld is not running"} for n in self.config.node_names]
+        if not controller_up:
+            status = "stopped"
+        elif all(daemons.values()) and all(n["state"].rstrip("*") not in ("down", "fail") for n in nodes):
+            status = "running"
+        else:
+            status = "degraded"
+        return {
+            "name": self.name, "provider": PROVIDER, "status": status, "created": self.record.created,
+            "slurm_conf": str(self.layout.slurm_conf), "directory": str(self.layout.root),
+            "ports": {"slurmctld": self.config.slurmctld_port, "slurmdbd": self.config.slurmdbd_port},
+            "daemons": daemons, "nodes": nodes,
+        }
+
+    # ----- faults -------------------------------------------------------------------------------
+    def _check_node(self, node: str) -> None:
+        if node not in self.config.node_names:
+            raise ClusterkitError(f"cluster {self.name!r} has no node {node!r}",
+                                  fix=f"nodes are {', '.join(self.config.node_names)}")
+
+    def crash_node(self, node: str) -> list[int]:
+        """SIGKILL the node's slurmd and everything it started, as a hardware fault would."""
+        self._check_node(node)
+        namespace = self.record.details.get("namespaces", {}).get(node)
+        victims = processes.pids_in_mount_namespace(namespace) if namespace else []
+        pid = self.pids.get(f"slurmd-{node}")
+        if pid and processes.pid_alive(pid) and pid not in victims:
+            victims.append(pid)
+        processes.kill_all(victims)
+        for victim in victims:
+            processes.wait_until(lambda: not processes.pid_alive(victim), 5, f"process {victim} to die")
+        return victims
+
+    def start_node(self, node: str, wait: bool = True) -> None:
+        """Start the node's slurmd again (after a crash); it returns to service by itself."""
+        self._check_node(node)
+        pid = self.pids.get(f"slurmd-{node}")
+        if pid and processes.pid_alive(pid):
+            raise ClusterkitError(f"node {node} of {self.name!r} is already running (slurmd pid {pid})")
+        self._start_slurmd(node)
+        if wait:
+            self._wait_for_nodes_up([node])
+
+    # ----- delete -------------------------------------------------------------------------------
+    def delete(self) -> None:
+        self._teardown()
+        registry.remove(self.name)
+        shutil.rmtree(self.layout.root, ignore_errors=True)
+
+    def _teardown(self) -> None:
+        """Stop every process this cluster started (by pid, all at once) and what its nodes started."""
+        namespaces = self.record.details.get("namespaces", {}).values()
+        leftovers = [pid for ns in namespaces if ns for pid in processes.pids_in_mount_namespace(ns)]
+        processes.stop_pids(list(self.pids.values()) + leftovers)
+        # Job processes that outlived their slurmd would keep ports and files busy.
+        processes.kill_all(pid for ns in namespaces if ns for pid in processes.pids_in_mount_namespace(ns))

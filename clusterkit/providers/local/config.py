@@ -1,0 +1,242 @@
+"""Pure rendering of a local cluster's files: slurm.conf, gres.conf, slurmdbd.conf, my.cnf, hosts.
+
+Same layout in, same text out; golden files pin the text. Nothing here touches the system.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LocalLayout:
+    """Where everything of one local cluster lives, all under one directory."""
+
+    root: Path
+
+    @property
+    def etc(self) -> Path:
+        return self.root / "etc"
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.etc / "slurm.conf"
+
+    @property
+    def gres_conf(self) -> Path:
+        return self.etc / "gres.conf"
+
+    @property
+    def slurmdbd_conf(self) -> Path:
+        return self.etc / "slurmdbd.conf"
+
+    @property
+    def mysql_conf(self) -> Path:
+        return self.etc / "my.cnf"
+
+    @property
+    def hosts_file(self) -> Path:
+        return self.etc / "hosts"
+
+    @property
+    def munge_key(self) -> Path:
+        return self.etc / "munge.key"
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def munge_socket_dir(self) -> Path:
+        return self.run / "munge"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.munge_socket_dir / "munge.socket"
+
+    @property
+    def mysql_socket(self) -> Path:
+        return self.run / "mysql.sock"
+
+    @property
+    def mysql_data(self) -> Path:
+        return self.root / "mysql"
+
+    @property
+    def spool(self) -> Path:
+        return self.root / "spool"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "log"
+
+    @property
+    def gpu_devices(self) -> Path:
+        return self.root / "dev"
+
+    def pid_file(self, daemon: str) -> Path:
+        return self.run / f"{daemon}.pid"
+
+    def node_spool(self, node: str) -> Path:
+        return self.spool / node
+
+
+@dataclass(frozen=True)
+class LocalClusterConfig:
+    """What a local cluster is: its name, nodes and the ports its daemons listen on."""
+
+    name: str
+    nodes: int
+    cpus_per_node: int
+    gpus_per_node: int
+    memory_mb_per_node: int
+    base_port: int  # slurmctld; slurmdbd is base+1; slurmd of node k is base+1+k
+    controller_host: str  # this machine's short host name: slurmctld checks it
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"n{k}" for k in range(1, self.nodes + 1)]
+
+    @property
+    def slurm_cluster_name(self) -> str:
+        # Slurm lowercases cluster names and uses them in table names.
+        return self.name.lower().replace("-", "_")
+
+    @property
+    def slurmctld_port(self) -> int:
+        return self.base_port
+
+    @property
+    def slurmdbd_port(self) -> int:
+        return self.base_port + 1
+
+    def slurmd_port(self, node: str) -> int:
+        return self.base_port + 1 + self.node_names.index(node) + 1
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.slurmctld_port, self.slurmdbd_port] + [self.slurmd_port(n) for n in self.node_names]
+
+
+def render_slurm_conf(config: LocalClusterConfig, layout: LocalLayout) -> str:
+    nodes = config.node_names
+    node_range = f"n[1-{config.nodes}]" if config.nodes > 1 else "n1"
+    first_slurmd, last_slurmd = config.slurmd_port(nodes[0]), config.slurmd_port(nodes[-1])
+    port_spec = f"[{first_slurmd}-{last_slurmd}]" if config.nodes > 1 else str(first_slurmd)
+    gres = f" Gres=gpu:{config.gpus_per_node}" if config.gpus_per_node else ""
+    lines = [
+        f"# clusterkit local cluster {config.name!r}: generated, do not edit.",
+        f"ClusterName={config.slurm_cluster_name}",
+        f"SlurmctldHost={config.controller_host}(127.0.0.1)",
+        f"SlurmctldPort={config.slurmctld_port}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        # Our own munged, on its own key and socket; short credential lifetime so that a requeued
+        # job is eligible again within seconds, not two minutes.
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={layout.munge_socket},cred_expire=10",
+        f"StateSaveLocation={layout.state}",
+        f"SlurmdSpoolDir={layout.spool}/%n",
+        f"SlurmctldPidFile={layout.pid_file('slurmctld')}",
+        f"SlurmdPidFile={layout.run}/slurmd-%n.pid",
+        f"SlurmctldLogFile={layout.log}/slurmctld.log",
+        f"SlurmdLogFile={layout.log}/slurmd-%n.log",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        # Many slurmd on one host without cgroups: track processes by parent, no task binding.
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_CPU",
+        "SlurmdParameters=config_overrides",
+        "MpiDefault=none",
+        "MailProg=/bin/true",
+        "ReturnToService=1",
+        "JobRequeue=1",
+        # Fast failure handling: a dead node is noticed in seconds, jobs requeue quickly.
+        "SlurmdTimeout=5",
+        "MessageTimeout=5",
+        "KillWait=5",
+        "InactiveLimit=0",
+        "MinJobAge=300",
+        "SchedulerParameters=bf_interval=1,sched_interval=2",
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=localhost",
+        f"AccountingStoragePort={config.slurmdbd_port}",
+        f"AccountingStoragePass={layout.munge_socket}",
+        "JobCompType=jobcomp/none",
+    ]
+    if config.gpus_per_node:
+        lines += ["GresTypes=gpu", "AccountingStorageTRES=gres/gpu"]
+    lines += [
+        f"NodeName={node_range} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port_spec} "
+        f"CPUs={config.cpus_per_node} RealMemory={config.memory_mb_per_node}{gres} State=UNKNOWN",
+        f"PartitionName=compute Nodes={node_range} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_gres_conf(config: LocalClusterConfig, layout: LocalLayout) -> str:
+    if not config.gpus_per_node:
+        return "# no GPUs\n"
+    last = config.gpus_per_node - 1
+    files = f"{layout.gpu_devices}/gpu[0-{last}]" if last else f"{layout.gpu_devices}/gpu0"
+    # Fake GPUs: gres needs one character device per GPU; symlinks to /dev/null serve.
+    return f"AutoDetect=off\nName=gpu File={files}\n"
+
+
+def render_slurmdbd_conf(config: LocalClusterConfig, layout: LocalLayout) -> str:
+    return "\n".join([
+        "AuthType=auth/munge",
+        f"AuthInfo=socket={layout.munge_socket}",
+        "DbdHost=localhost",
+        f"DbdPort={config.slurmdbd_port}",
+        "SlurmUser=root",
+        f"LogFile={layout.log}/slurmdbd.log",
+        f"PidFile={layout.pid_file('slurmdbd')}",
+        "StorageType=accounting_storage/mysql",
+        "StorageHost=localhost",
+        "StorageUser=root",
+        "StorageLoc=slurm_acct_db",
+        "",
+    ])
+
+
+def render_mysql_conf(layout: LocalLayout) -> str:
+    # Socket only (no TCP port), and small InnoDB files: this database holds a few job records.
+    return "\n".join([
+        "[mysqld]",
+        f"datadir={layout.mysql_data}",
+        f"socket={layout.mysql_socket}",
+        f"pid-file={layout.pid_file('mariadb')}",
+        f"log-error={layout.log}/mariadb.log",
+        "user=root",
+        "skip-networking",
+        "skip-name-resolve",
+        "performance_schema=off",
+        "innodb_log_file_size=8M",
+        "innodb_buffer_pool_size=32M",
+        "innodb_data_file_path=ibdata1:4M:autoextend",
+        "innodb_doublewrite=0",
+        "innodb_flush_log_at_trx_commit=2",
+        "",
+        "[client]",
+        f"socket={layout.mysql_socket}",
+        "",
+    ])
+
+
+def render_hosts(config: LocalClusterConfig) -> str:
+    """The /etc/hosts every node's daemons and jobs see: node names resolve to this machine."""
+    names = " ".join(config.node_names)
+    return (
+        f"127.0.0.1\tlocalhost {config.controller_host} {names}\n"
+        "::1\tlocalhost ip6-localhost ip6-loopback\n"
+    )

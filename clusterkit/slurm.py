@@ -1,0 +1,147 @@
+"""Thin, typed wrappers of Slurm's commands for one cluster: the one way clusterkit talks to Slurm.
+
+A `Slurm` object carries the cluster's environment (its SLURM_CONF), so callers never export
+anything. Parsing is done on Slurm's parsable output (`-P`/`-h` with `|`), not on tables.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from clusterkit.errors import ClusterkitError, MissingDependency
+
+INSTALL_HINT = "install Slurm's client commands: apt-get install -y slurm-wlm (or scripts/install-slurm.sh)"
+
+
+class SlurmCommandError(ClusterkitError):
+    """A Slurm command exited non-zero; the message carries its stderr."""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    state: str  # lowercase Slurm state, e.g. "idle", "allocated", "down*", "drained"
+    cpus: int
+    gres: str
+    reason: str
+
+    @property
+    def responding(self) -> bool:
+        return not self.state.endswith("*")
+
+    @property
+    def base_state(self) -> str:
+        return self.state.rstrip("*~#!%$@^-")
+
+
+@dataclass(frozen=True)
+class AccountingRecord:
+    """One line of `sacct -D -X`: one attempt of a job (a requeue starts a new attempt, same id)."""
+
+    job_id: str
+    name: str
+    state: str
+    exit_code: str
+    node_list: str
+    start: str
+    end: str
+
+    @property
+    def base_state(self) -> str:
+        # "CANCELLED by 0" -> "CANCELLED"
+        return self.state.split()[0] if self.state else ""
+
+
+class Slurm:
+    """Slurm's CLI against one cluster."""
+
+    def __init__(self, slurm_conf: Path | None = None, timeout: float = 30.0) -> None:
+        self.slurm_conf = Path(slurm_conf) if slurm_conf else None
+        self.timeout = timeout
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.slurm_conf:
+            env["SLURM_CONF"] = str(self.slurm_conf)
+        return env
+
+    def run(self, command: str, *args: str, check: bool = True, input_text: str | None = None,
+            timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        if shutil.which(command) is None:
+            raise MissingDependency(f"Slurm command {command!r} not found on PATH", fix=INSTALL_HINT)
+        try:
+            result = subprocess.run(
+                [command, *args], env=self.env, capture_output=True, text=True, input=input_text,
+                timeout=timeout or self.timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise SlurmCommandError(f"`{command} {' '.join(args)}` did not answer within "
+                                    f"{timeout or self.timeout:.0f} s",
+                                    fix="is slurmctld running? see `clusterkit describe-cluster`") from None
+        if check and result.returncode != 0:
+            detail = (result.stderr or result.stdout).strip().splitlines()
+            raise SlurmCommandError(f"`{command} {' '.join(args)}` failed: {detail[-1] if detail else result.returncode}")
+        return result
+
+    def ping(self) -> bool:
+        result = self.run("scontrol", "ping", check=False, timeout=10)
+        return result.returncode == 0 and "UP" in result.stdout
+
+    def nodes(self) -> list[NodeInfo]:
+        out = self.run("sinfo", "-h", "-N", "-o", "%N|%t|%c|%G|%E").stdout
+        seen: dict[str, NodeInfo] = {}
+        for line in out.splitlines():
+            name, state, cpus, gres, reason = line.split("|", 4)
+            # sinfo -N repeats a node once per partition it is in.
+            seen.setdefault(name, NodeInfo(name, state, int(cpus), gres, "" if reason == "none" else reason))
+        return list(seen.values())
+
+    def sbatch(self, script: str | Path, *args: str) -> str:
+        """Submit a script (text or path) and return the job id."""
+        if isinstance(script, Path):
+            out = self.run("sbatch", "--parsable", *args, str(script)).stdout
+        else:
+            out = self.run("sbatch", "--parsable", *args, input_text=script).stdout
+        return out.strip().split(";")[0]
+
+    def accounting(self, job_ids: list[str], all_attempts: bool = True) -> list[AccountingRecord]:
+        """Accounting records of jobs (one sacct call for all of them); with `all_attempts`, every requeue."""
+        if not job_ids:
+            return []
+        fields = "JobID,JobName,State,ExitCode,NodeList,Start,End"
+        args = ["-n", "-P", "-X", "-o", fields, "-j", ",".join(job_ids)]
+        if all_attempts:
+            args.insert(0, "-D")
+        out = self.run("sacct", *args).stdout
+        records = []
+        for line in out.splitlines():
+            records.append(AccountingRecord(*line.split("|")))
+        return records
+
+    def queue(self, job_ids: list[str] | None = None) -> dict[str, str]:
+        """Job id -> state for jobs the controller still knows (pending, running, requeued...)."""
+        args = ["-h", "-o", "%i|%T"]
+        if job_ids:
+            args += ["-j", ",".join(job_ids)]
+        result = self.run("squeue", *args, check=False)
+        if result.returncode != 0:
+            # squeue fails for ids that left the queue: treat as "not queued".
+            return {}
+        return dict(line.split("|", 1) for line in result.stdout.splitlines() if "|" in line)
+
+    def update_node(self, node: str, state: str, reason: str = "") -> None:
+        args = [f"NodeName={node}", f"State={state}"]
+        if reason:
+            args.append(f"Reason={reason}")
+        self.run("scontrol", "update", *args)
+
+    def requeue(self, job_id: str) -> None:
+        self.run("scontrol", "requeue", job_id)
+
+    def cancel(self, job_id: str) -> None:
+        self.run("scancel", job_id)

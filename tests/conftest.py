@@ -1,0 +1,48 @@
+"""Shared fixtures: one real local Slurm cluster per test session, in a private CLUSTERKIT_HOME."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Every test runs with its own clusterkit home; nothing touches ~/.clusterkit.
+_SESSION_HOME = Path(tempfile.mkdtemp(prefix="ck-"))
+os.environ["CLUSTERKIT_HOME"] = str(_SESSION_HOME)
+# AWS calls in tests only ever reach moto.
+for variable in ("AWS_PROFILE", "AWS_ENDPOINT_URL"):
+    os.environ.pop(variable, None)
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+SHARED_CLUSTER = "pytest"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator["LocalCluster"]:  # noqa: F821
+    """A 4-node cluster with 2 CPUs and 8 fake GPUs per node, shared by the whole session."""
+    from clusterkit.providers.local.cluster import LocalCluster, check_prerequisites
+
+    try:
+        check_prerequisites()
+    except Exception as error:  # a machine without Slurm: say why, do not fail every test
+        pytest.skip(f"no local Slurm cluster possible here: {error}")
+    cluster = LocalCluster.create(SHARED_CLUSTER, nodes=4, cpus_per_node=2, gpus_per_node=8)
+    try:
+        yield cluster
+    finally:
+        cluster.delete()
+
+
+@pytest.fixture
+def job_dir(tmp_path: Path) -> Path:
+    """A directory every node can write to (all nodes share this machine's file system)."""
+    tmp_path.chmod(0o777)
+    return tmp_path

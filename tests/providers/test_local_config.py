@@ -1,0 +1,53 @@
+"""The local cluster's files are pure renderings, pinned by golden files."""
+
+from pathlib import Path
+
+import pytest
+
+from clusterkit.providers.local.config import (
+    LocalClusterConfig,
+    LocalLayout,
+    render_gres_conf,
+    render_hosts,
+    render_mysql_conf,
+    render_slurm_conf,
+    render_slurmdbd_conf,
+)
+from tests.golden import assert_matches_golden
+
+GOLDEN = Path(__file__).parent / "golden"
+LAYOUT = LocalLayout(Path("/ck/clusters/demo"))
+
+
+def config(nodes: int = 4, gpus: int = 8) -> LocalClusterConfig:
+    return LocalClusterConfig(name="demo", nodes=nodes, cpus_per_node=2, gpus_per_node=gpus,
+                              memory_mb_per_node=4000, base_port=24000, controller_host="head")
+
+
+@pytest.mark.parametrize("name, render", [
+    ("slurm.conf", lambda: render_slurm_conf(config(), LAYOUT)),
+    ("slurm-1node-nogpu.conf", lambda: render_slurm_conf(config(nodes=1, gpus=0), LAYOUT)),
+    ("gres.conf", lambda: render_gres_conf(config(), LAYOUT)),
+    ("slurmdbd.conf", lambda: render_slurmdbd_conf(config(), LAYOUT)),
+    ("my.cnf", lambda: render_mysql_conf(LAYOUT)),
+    ("hosts", lambda: render_hosts(config())),
+])
+def test_rendered_files_match_golden(name, render):
+    assert_matches_golden(render(), GOLDEN / name)
+
+
+def test_ports_are_distinct_and_contiguous():
+    ports = config(nodes=4).ports
+    assert ports == list(range(24000, 24006))
+
+
+def test_fast_failure_settings_are_on():
+    text = render_slurm_conf(config(), LAYOUT)
+    for setting in ("SlurmdTimeout=5", "JobRequeue=1", "ReturnToService=1", "cred_expire=10",
+                    "AccountingStorageType=accounting_storage/slurmdbd"):
+        assert setting in text
+
+
+def test_node_names_resolve_in_hosts_file():
+    hosts = render_hosts(config(nodes=3))
+    assert hosts.splitlines()[0].split()[1:] == ["localhost", "head", "n1", "n2", "n3"]

@@ -1,0 +1,90 @@
+"""The command line as a user meets it: fast help, one-line errors, clear prerequisites."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from clusterkit.cli import main
+from clusterkit.providers.local import cluster as local_cluster
+
+HEAVY_MODULES = ("boto3", "botocore", "submitit", "jinja2", "yaml", "torch", "pcluster")
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "clusterkit", *args], capture_output=True, text=True,
+                          env=env)
+
+
+def test_help_imports_no_heavy_module():
+    code = ("import sys; from clusterkit.cli import build_parser; build_parser(); "
+            f"print([m for m in {HEAVY_MODULES!r} if m in sys.modules])")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_help_lists_the_verbs():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for verb in ("create-cluster", "describe-cluster", "list-clusters", "delete-cluster", "local"):
+        assert verb in result.stdout
+
+
+def test_unknown_cluster_is_one_line_error_without_traceback():
+    result = run_cli("describe-cluster", "nosuch")
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "no cluster named 'nosuch'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_debug_shows_the_traceback():
+    result = run_cli("describe-cluster", "nosuch", "--debug")
+    assert result.returncode == 1 and "Traceback" in result.stderr
+
+
+def test_invalid_cluster_name_names_the_value_and_the_fix():
+    result = run_cli("create-cluster", "--provider", "local", "--name", "9; rm -rf /")
+    assert result.returncode == 1
+    assert "invalid cluster name '9; rm -rf /'" in result.stderr and "start with a letter" in result.stderr
+
+
+def test_list_clusters_json_is_a_list():
+    result = run_cli("list-clusters", "--output", "json")
+    assert result.returncode == 0 and isinstance(json.loads(result.stdout), list)
+
+
+def test_dry_run_shows_files_and_daemons_and_writes_nothing(tmp_path):
+    env = dict(os.environ, CLUSTERKIT_HOME=str(tmp_path))
+    result = run_cli("create-cluster", "--name", "dry", "--nodes", "3", "--dry-run", "--output", "json", env=env)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    slurm_conf = next(text for path, text in plan["files"].items() if path.endswith("slurm.conf"))
+    assert "NodeName=n[1-3]" in slurm_conf
+    assert sum("slurmd -D" in command for command in plan["commands"]) == 3
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_root_it_says_what_it_needs(monkeypatch, capsys):
+    monkeypatch.setattr(local_cluster.os, "geteuid", lambda: 1000)
+    assert main(["create-cluster", "--provider", "local", "--name", "noroot"]) == 1
+    err = capsys.readouterr().err
+    assert "runs munged, slurmdbd, slurmctld and slurmd as root" in err and "run clusterkit as root" in err
+
+
+def test_missing_slurm_names_the_install_command(monkeypatch, capsys):
+    monkeypatch.setattr(local_cluster.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(local_cluster.shutil, "which", lambda program: None if "slurm" in program else "/bin/x")
+    assert main(["create-cluster", "--provider", "local", "--name", "noslurm"]) == 1
+    err = capsys.readouterr().err
+    assert "missing programs for a local Slurm cluster: slurmdbd, slurmctld, slurmd" in err
+    assert "apt-get install -y --no-install-recommends slurm-wlm munge slurmdbd mariadb-server" in err
+
+
+@pytest.mark.parametrize("argv", [["crash-node", "nosuch", "n1"], ["start-node", "nosuch", "n1"]])
+def test_fault_injection_on_unknown_cluster_is_clear(argv):
+    result = run_cli("local", *argv)
+    assert result.returncode == 1 and "no cluster named 'nosuch'" in result.stderr
