@@ -196,11 +196,16 @@ def load_spec_text(text: str, source: str = "<spec>") -> tuple[ClusterSpec | Non
     return load_spec_data(parse_yaml(text, source))
 
 
-def load_spec_file(path: str | Path) -> tuple[ClusterSpec | None, list[Finding]]:
+def read_spec_file(path: str | Path) -> object:
+    """Parse a YAML spec file into raw data; unreadable or malformed files are a ClusterkitError."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise ClusterkitError(f"cannot read cluster spec {path}: {error}",
                               fix="pass the path of a readable YAML spec file") from None
-    return load_spec_text(text, str(path))
+    return parse_yaml(text, str(path))
+
+
+def load_spec_file(path: str | Path) -> tuple[ClusterSpec | None, list[Finding]]:
+    return load_spec_data(read_spec_file(path))
