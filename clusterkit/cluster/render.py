@@ -23,6 +23,7 @@ from clusterkit.cluster.spec import (
     PlacementGroupSpec,
     QueueSpec,
     ScriptSpec,
+    uses_reserved_capacity,
 )
 
 # Clearly fake (all zeros) so that nobody mistakes it for a real subnet; validate() warns about it.
@@ -154,8 +155,8 @@ def _compute_placement_group(queue: QueueSpec, compute: ComputeSpec) -> Config |
 
 
 def _placement_default(queue: QueueSpec, compute: ComputeSpec) -> bool:
-    # Capacity Blocks and AWS-delivered reservations are not in our placement group: forcing one fails launches.
-    return not (queue.capacity_type == "CAPACITY_BLOCK" or compute.capacity_reservation_id)
+    # Forcing a placement group onto reserved capacity fails launches with insufficient capacity.
+    return not uses_reserved_capacity(queue, compute)
 
 
 def _placement_group(group: PlacementGroupSpec, default_enabled: bool = True) -> Config:

@@ -93,6 +93,11 @@ class QueueSpec:
     custom_actions: CustomActionsSpec | None = None
 
 
+def uses_reserved_capacity(queue: QueueSpec, compute: ComputeSpec) -> bool:
+    """Capacity Blocks and (AWS-delivered) reservations: capacity that is not in our placement group."""
+    return queue.capacity_type == "CAPACITY_BLOCK" or compute.capacity_reservation_id is not None
+
+
 @dataclass
 class HeadNodeSpec:
     instance_type: str = DEFAULT_HEAD_NODE_TYPE

@@ -22,6 +22,7 @@ from clusterkit.cluster.spec import (
     LustreSpec,
     PlacementGroupSpec,
     QueueSpec,
+    uses_reserved_capacity,
 )
 from clusterkit.findings import Finding, Level
 
@@ -247,10 +248,6 @@ def _effective_placement(queue: QueueSpec, compute: ComputeSpec, queue_path: str
     return queue.placement_group, f"{queue_path}.placement_group"
 
 
-def _uses_reserved_capacity(queue: QueueSpec, compute: ComputeSpec) -> bool:
-    return queue.capacity_type == "CAPACITY_BLOCK" or compute.capacity_reservation_id is not None
-
-
 @rule
 def placement_group_settings(spec: ClusterSpec) -> Iterator[Finding]:
     groups = [(f"queues[{q}].placement_group", queue.placement_group) for q, queue in enumerate(spec.queues)]
@@ -279,10 +276,10 @@ def efa_placement(spec: ClusterSpec) -> Iterator[Finding]:
         group, group_path = _effective_placement(queue, compute, queue_path, path)
         if group is None or group.enabled is None:
             continue
-        if group.enabled is False and not _uses_reserved_capacity(queue, compute):
+        if group.enabled is False and not uses_reserved_capacity(queue, compute):
             yield _warning(f"{group_path}.enabled", "EFA without a placement group: nodes may land far apart and "
                            "collective bandwidth drops", "remove 'enabled: false'", False)
-        elif group.enabled and _uses_reserved_capacity(queue, compute):
+        elif group.enabled and uses_reserved_capacity(queue, compute):
             yield _warning(f"{group_path}.enabled", "a placement group with a Capacity Block or capacity "
                            "reservation causes insufficient-capacity errors",
                            "remove the placement_group (clusterkit then disables it)", True)
