@@ -140,6 +140,17 @@ def test_fuzz_near_valid_specs(changes: list[tuple[str, object]]) -> None:
     _check(data)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(st.text(max_size=200), st.sampled_from(["name: [", "a: !!python/object:os.system x", "- - -", "{"])))
+def test_fuzz_yaml_text(text: str) -> None:
+    try:
+        spec, findings = load_spec_text(text)
+    except ClusterkitError as error:
+        assert "not valid YAML" in error.message
+        return
+    assert spec is not None or findings
+
+
 def test_spec_dataclasses_round_trip_through_the_loader() -> None:
     original = preset("p5")
     spec, findings = load_spec_data(dataclasses.asdict(original))

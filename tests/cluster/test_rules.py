@@ -198,7 +198,8 @@ def test_rule(changes: dict, level: Level, path: str, fragment: str) -> None:
 
 
 def test_all_findings_are_reported_together() -> None:
-    data = with_fields(base_data(), {"queues[0].name": "default", "os": "alinux2", "storage.lustre[0].mount_dir": "/etc"})
+    data = with_fields(base_data(), {"queues[0].name": "default", "os": "alinux2",
+                                     "storage.lustre[0].mount_dir": "/etc"})
     paths = {f.path for f in findings_of(data) if f.level is Level.ERROR}
     assert {"queues[0].name", "os", "storage.lustre[0].mount_dir"} <= paths
 
