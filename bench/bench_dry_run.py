@@ -1,0 +1,79 @@
+"""Time a whole-process dry run of the p4de preset against `pcluster version`, measured in the same run.
+
+    python bench/bench_dry_run.py [--repeat N]
+
+Each figure is the best of N fresh processes (start-up included), so it is what a user waits for.
+Target: the dry run takes at most 0.2 s. If `clusterkit create-cluster` is not wired into the CLI
+yet, the same dry run is timed through clusterkit.cli.cluster_config directly, and the output says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_SECONDS = 0.2
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Used only when the verb is not wired: the same handler behind a minimal create-cluster parser.
+DIRECT_DRY_RUN = """
+import argparse, sys
+from clusterkit.cli.cluster_config import add_spec_arguments, run_aws_create
+parser = argparse.ArgumentParser()
+parser.add_argument("--name"); parser.add_argument("--dry-run", action="store_true")
+parser.add_argument("--output", default="table")
+add_spec_arguments(parser)
+sys.exit(run_aws_create(parser.parse_args(sys.argv[1:])))
+"""
+
+
+def best_of(command: list[str], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(command, cwd=REPO_ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def dry_run_command(output_config: Path) -> tuple[list[str], str]:
+    flags = ["--preset", "p4de", "--name", "bench", "--dry-run", "--output-config", str(output_config)]
+    cli = [sys.executable, "-m", "clusterkit", "create-cluster", *flags]
+    wired = subprocess.run([*cli[:4], "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
+    if wired.returncode == 0 and "--preset" in wired.stdout:
+        return cli, "python -m clusterkit create-cluster"
+    return [sys.executable, "-c", DIRECT_DRY_RUN, *flags], "clusterkit.cli.cluster_config (CLI verb not wired yet)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=10, help="processes per measurement (best is kept)")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as scratch:
+        output_config = Path(scratch) / "x.yaml"
+        command, how = dry_run_command(output_config)
+        dry_run = best_of(command, args.repeat)
+        if not output_config.is_file():
+            print("error: the dry run wrote no config", file=sys.stderr)
+            return 1
+    print(f"clusterkit dry run (p4de) via {how}: {dry_run:.3f} s best of {args.repeat}")
+
+    pcluster = shutil.which("pcluster", path=str(Path(sys.executable).parent)) or shutil.which("pcluster")
+    if pcluster is None:
+        print("pcluster not installed: no comparison")
+    else:
+        reference = best_of([pcluster, "version"], args.repeat)
+        print(f"pcluster version: {reference:.3f} s best of {args.repeat}")
+        print(f"ratio clusterkit / pcluster: {dry_run / reference:.2f}")
+    within = dry_run <= TARGET_SECONDS
+    print(f"target <= {TARGET_SECONDS} s: {'met' if within else 'MISSED'}")
+    return 0 if within else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

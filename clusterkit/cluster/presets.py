@@ -1,0 +1,102 @@
+"""Cluster presets from one word: a sensible training (or dev) cluster per accelerator family.
+
+Each preset is a complete ClusterSpec; `cluster-configs/<preset>.yaml` spells out the same spec as a
+commented YAML file (a test keeps the two equal). EFA, placement groups and pyxis come from the spec
+defaults: on for every EFA-capable type, so the presets state only what differs.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from clusterkit.cluster.spec import (
+    ClusterSpec,
+    ComputeSpec,
+    HeadNodeSpec,
+    LustreSpec,
+    QueueSpec,
+    StorageSpec,
+)
+from clusterkit.errors import NotFound
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    build: Callable[[], ClusterSpec]
+
+
+def _cpu_queue() -> QueueSpec:
+    """Dynamic CPU nodes for data preparation and container builds, so GPUs are not held for them."""
+    return QueueSpec(name="cpu", compute=[ComputeSpec(name="c5-4xl", instance_type="c5.4xlarge", max_count=4)])
+
+
+def _training_cluster(name: str, instance_type: str, compute_name: str, max_count: int,
+                      fsx_capacity_gib: int, fsx_throughput: int) -> ClusterSpec:
+    return ClusterSpec(
+        name=name,
+        head_node=HeadNodeSpec(instance_type="c5.9xlarge", root_volume_gb=500),
+        queues=[
+            QueueSpec(
+                name="train",
+                exclusive=True,
+                root_volume_gb=200,
+                compute=[ComputeSpec(name=compute_name, instance_type=instance_type, min_count=0,
+                                     max_count=max_count)],
+            ),
+            _cpu_queue(),
+        ],
+        storage=StorageSpec(lustre=[LustreSpec(
+            name="fsx", mount_dir="/fsx", deployment_type="PERSISTENT_2", storage_capacity_gib=fsx_capacity_gib,
+            per_unit_storage_throughput=fsx_throughput, data_compression="LZ4",
+        )]),
+    )
+
+
+def _g5() -> ClusterSpec:
+    return ClusterSpec(
+        name="g5",
+        head_node=HeadNodeSpec(instance_type="c5.2xlarge", root_volume_gb=200),
+        queues=[QueueSpec(name="gpu", root_volume_gb=200, compute=[
+            ComputeSpec(name="g5-12xl", instance_type="g5.12xlarge", min_count=0, max_count=4),
+        ])],
+        # Scratch storage: cheapest for dev work whose data also lives in S3.
+        storage=StorageSpec(lustre=[LustreSpec(
+            name="fsx", mount_dir="/fsx", deployment_type="SCRATCH_2", storage_capacity_gib=1200,
+            data_compression="LZ4",
+        )]),
+    )
+
+
+PRESETS: dict[str, Preset] = {
+    preset.name: preset for preset in (
+        Preset("p4de", "8× A100 80 GB per node, 4 EFA (400 Gbps); training",
+               lambda: _training_cluster("p4de", "p4de.24xlarge", "p4de-24xl", 4, 4800, 250)),
+        Preset("p4d", "8× A100 40 GB per node, 4 EFA (400 Gbps); training",
+               lambda: _training_cluster("p4d", "p4d.24xlarge", "p4d-24xl", 4, 4800, 250)),
+        Preset("p5", "8× H100 80 GB per node, 32 EFA (3200 Gbps); large-scale training",
+               lambda: _training_cluster("p5", "p5.48xlarge", "p5-48xl", 8, 9600, 500)),
+        Preset("trn1", "16 Trainium (32 NeuronCores) per node, 8 EFA (800 Gbps); training",
+               lambda: _training_cluster("trn1", "trn1.32xlarge", "trn1-32xl", 4, 4800, 250)),
+        Preset("trn1n", "16 Trainium (32 NeuronCores) per node, 16 EFA (1600 Gbps); training",
+               lambda: _training_cluster("trn1n", "trn1n.32xlarge", "trn1n-32xl", 4, 4800, 250)),
+        Preset("g5", "4× A10G 24 GB per node, 1 EFA; development and inference", _g5),
+    )
+}
+
+
+def preset_names() -> list[str]:
+    return list(PRESETS)
+
+
+def preset(name: str) -> ClusterSpec:
+    """A fresh ClusterSpec for the preset; change it freely, presets are never shared."""
+    try:
+        return PRESETS[name].build()
+    except KeyError:
+        close = difflib.get_close_matches(name, PRESETS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise NotFound(f"unknown preset {name!r}", fix=f"{hint}presets: {', '.join(PRESETS)}") from None

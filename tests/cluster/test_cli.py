@@ -1,0 +1,130 @@
+"""`clusterkit validate` and `create-cluster --provider aws --dry-run`, through our own argparse parser."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from cluster_spec_helpers import SUBNET, base_data, set_field
+
+from clusterkit.cli import common_options
+from clusterkit.cli.cluster_config import add_spec_arguments, register, run_aws_create
+from clusterkit.cluster import load_spec_data, render_config
+from clusterkit.errors import ClusterkitError
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The shape the lead's CLI gives: our `validate` verb plus a create-cluster with our spec options."""
+    common = common_options()
+    parser = argparse.ArgumentParser(prog="clusterkit")
+    subparsers = parser.add_subparsers(dest="command")
+    register(subparsers, common)
+    create = subparsers.add_parser("create-cluster", parents=[common])
+    create.add_argument("--name")
+    create.add_argument("--dry-run", action="store_true")
+    create.add_argument("--provider", choices=("local", "aws"), default="aws")
+    add_spec_arguments(create)
+    create.set_defaults(handler=run_aws_create)
+    return parser
+
+
+def _run(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    return args.handler(args)
+
+
+def _write_spec(tmp_path: Path, data: object) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_dry_run_of_preset_writes_a_config_that_round_trips(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "cluster.yaml"
+    code = _run(["create-cluster", "--preset", "p4de", "--name", "train", "--dry-run", "--subnet-id", SUBNET,
+                 "--key-name", "me", "--region", "us-west-2", "--output-config", str(out)])
+    assert code == 0
+    config = yaml.safe_load(out.read_text())
+    assert config["Region"] == "us-west-2"
+    assert config["HeadNode"]["Networking"]["SubnetId"] == SUBNET
+    assert config["HeadNode"]["Ssh"]["KeyName"] == "me"
+    assert config["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]["InstanceType"] == "p4de.24xlarge"
+    printed = capsys.readouterr().out
+    assert "32× A100 80 GB" in printed and "1600 Gbps" in printed and "2025-06-05" in printed
+    assert [p.name for p in tmp_path.iterdir()] == ["cluster.yaml"]  # no temporary file left behind
+
+
+def test_dry_run_prints_the_config_when_no_file_is_given(capsys: pytest.CaptureFixture) -> None:
+    assert _run(["create-cluster", "--preset", "g5", "--name", "dev", "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert yaml.safe_load(captured.out)["HeadNode"]["InstanceType"] == "c5.2xlarge"
+    assert "placeholder" in captured.err  # findings and summary go to stderr, the YAML alone to stdout
+
+
+def test_bad_spec_exits_nonzero_names_the_field_and_writes_nothing(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    spec = _write_spec(tmp_path, set_field(base_data(), "queues[0].compute[0].max_count", 0))
+    out = tmp_path / "cluster.yaml"
+    code = _run(["create-cluster", "--file", str(spec), "--name", "train", "--dry-run", "--output-config", str(out)])
+    assert code == 1
+    assert "queues[0].compute[0].max_count" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    spec = _write_spec(tmp_path, base_data())
+    assert _run(["create-cluster", "--file", str(spec), "--name", "train", "--dry-run", "--output", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result) == {"config", "config_file", "summary", "findings"}
+    expected = render_config(load_spec_data(set_field(base_data(), "name", "train"))[0])
+    assert result["config"] == expected
+    assert result["summary"]["max_nodes"] == 12 and result["summary"]["price_table_date"] == "2025-06-05"
+
+
+def test_json_output_of_a_bad_spec(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    spec = _write_spec(tmp_path, set_field(base_data(), "os", "alinux2"))
+    assert _run(["create-cluster", "--file", str(spec), "--name", "t", "--dry-run", "-o", "json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["config"] is None
+    assert any(f["path"] == "os" and f["level"] == "error" for f in result["findings"])
+
+
+def test_without_dry_run_creating_is_not_available_yet() -> None:
+    with pytest.raises(ClusterkitError, match="not available yet"):
+        _run(["create-cluster", "--preset", "p4de", "--name", "train"])
+
+
+def test_name_is_required_and_exactly_one_source() -> None:
+    with pytest.raises(ClusterkitError, match="--name"):
+        _run(["create-cluster", "--preset", "p4de", "--dry-run"])
+    with pytest.raises(ClusterkitError, match="either a preset or a spec file"):
+        _run(["create-cluster", "--preset", "p4de", "--file", "x.yaml", "--name", "a", "--dry-run"])
+    with pytest.raises(ClusterkitError, match="unknown preset 'p4e'"):
+        _run(["create-cluster", "--preset", "p4e", "--name", "a", "--dry-run"])
+
+
+def test_validate_verb(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    good = _write_spec(tmp_path, base_data())
+    assert _run(["validate", str(good)]) == 0
+    assert "valid" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(set_field(base_data(), "queues[0].compute[0].instanc_type", "x")))
+    assert _run(["validate", str(bad), "--output", "json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["valid"] is False
+    assert result["findings"][0]["path"] == "queues[0].compute[0].instanc_type"
+    assert "did you mean 'instance_type'" in result["findings"][0]["fix"]
+
+
+def test_cli_module_does_not_import_heavy_packages() -> None:
+    code = ("import sys, clusterkit.cli.cluster_config; "
+            "heavy = [m for m in ('yaml', 'jinja2', 'boto3', 'pcluster', 'clusterkit.cluster') if m in sys.modules]; "
+            "print(heavy); sys.exit(1 if heavy else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,211 @@
+"""Every validation rule: a spec that breaks it gets a finding with the right level, path and message."""
+
+from __future__ import annotations
+
+import pytest
+from cluster_spec_helpers import RESERVATION, SUBNET, base_data, findings_of, with_fields
+
+from clusterkit.findings import Level, has_errors
+
+E, W = Level.ERROR, Level.WARNING
+CR = "queues[0].compute[0]"
+FSX = "storage.lustre[0]"
+
+
+def _queues(count: int) -> list[dict]:
+    return [{"name": f"q{i}", "compute": [{"name": "c", "instance_type": "c5.large"}]} for i in range(count)]
+
+
+def _computes(count: int) -> list[dict]:
+    return [{"name": f"c{i}", "instance_type": "c5.large"} for i in range(count)]
+
+
+def _dras(count: int) -> list[dict]:
+    return [{"name": f"d{i}", "file_system_path": f"/d{i}", "data_repository_path": f"s3://b/d{i}"}
+            for i in range(count)]
+
+
+ACCOUNTING = {"uri": "db.example.com:3306", "user_name": "slurm",
+              "password_secret_arn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:db-AbCdEf"}
+
+CASES = [
+    # names
+    ("queue-name-regex", {"queues[0].name": "GPU_queue"}, E, "queues[0].name", "lower-case letter"),
+    ("queue-name-long", {"queues[0].name": "q" * 26}, E, "queues[0].name", "at most 25"),
+    ("queue-name-default", {"queues[0].name": "default"}, E, "queues[0].name", "reserved"),
+    ("queue-name-duplicate", {"queues[1].name": "gpu"}, E, "queues[1].name", "duplicate queue name"),
+    ("compute-name-regex", {f"{CR}.name": "9p4de"}, E, f"{CR}.name", "lower-case letter"),
+    ("compute-name-long", {f"{CR}.name": "c" * 26}, E, f"{CR}.name", "at most 25"),
+    ("compute-name-duplicate", {"queues[0].compute[1]": {"name": "p4de", "instance_type": "c5.large"}},
+     E, "queues[0].compute[1].name", "duplicate compute resource name"),
+    ("cluster-name-regex", {"name": "1cluster"}, E, "name", "start with a letter"),
+    ("cluster-name-long", {"name": "c" * 61}, E, "name", "at most 60"),
+    ("cluster-name-accounting", {"name": "c" * 41, "slurm.accounting": ACCOUNTING}, E, "name",
+     "at most 40 allowed with Slurm accounting"),
+    # counts
+    ("too-many-queues", {"queues": _queues(51)}, E, "queues", "at most 50"),
+    ("too-many-compute-per-queue", {"queues": [{"name": "q", "compute": _computes(51)}]}, E, "queues[0].compute",
+     "at most 50 per queue"),
+    ("too-many-compute-per-cluster", {"queues": [{"name": f"q{i}", "compute": _computes(26)} for i in range(2)]},
+     E, "queues", "52 compute resources in the cluster"),
+    ("no-queues", {"queues": []}, E, "queues", "at least one queue"),
+    ("min-negative", {f"{CR}.min_count": -1}, E, f"{CR}.min_count", "0 or more"),
+    ("max-zero", {f"{CR}.max_count": 0}, E, f"{CR}.max_count", "at least 1"),
+    ("max-below-min", {f"{CR}.min_count": 3, f"{CR}.max_count": 2}, E, f"{CR}.max_count", "below min_count"),
+    ("max-below-default-min", {f"{CR}.min_count": 11, f"{CR}.max_count": None}, E, f"{CR}.max_count",
+     "max_count 10 is below min_count 11"),
+    # EFA and placement
+    ("efa-unsupported", {"queues[1].compute[0].efa": True}, E, "queues[1].compute[0].efa", "has no EFA"),
+    ("efa-off", {f"{CR}.efa": False}, W, f"{CR}.efa", "supports EFA but it is turned off"),
+    ("pg-id-and-name", {"queues[0].placement_group": {"id": "pg-1", "name": "pg-1"}}, E,
+     "queues[0].placement_group", "both 'id' and 'name'"),
+    ("pg-name-disabled", {f"{CR}.placement_group": {"enabled": False, "name": "pg-1"}}, E,
+     f"{CR}.placement_group", "disabled but names"),
+    ("pg-disabled-with-efa", {f"{CR}.placement_group": {"enabled": False}}, W, f"{CR}.placement_group.enabled",
+     "EFA without a placement group"),
+    ("pg-with-capacity-block", {"queues[0].capacity_type": "CAPACITY_BLOCK", f"{CR}.min_count": 2,
+                                f"{CR}.capacity_reservation_id": RESERVATION,
+                                "queues[0].placement_group": {"enabled": True}},
+     W, "queues[0].placement_group.enabled", "insufficient-capacity"),
+    ("efa-multi-az", {"queues[0].subnet_ids": [SUBNET, "subnet-0123456789abcdef1"]}, E, "queues[0].subnet_ids",
+     "one Availability Zone"),
+    # capacity
+    ("capacity-type-unknown", {"queues[0].capacity_type": "SPOTTY"}, E, "queues[0].capacity_type",
+     "unknown capacity type"),
+    ("capacity-block-no-reservation", {"queues[0].capacity_type": "CAPACITY_BLOCK", f"{CR}.min_count": 2},
+     E, f"{CR}.capacity_reservation_id", "needs the reservation id"),
+    ("capacity-block-min-max", {"queues[0].capacity_type": "CAPACITY_BLOCK", f"{CR}.min_count": 1,
+                                f"{CR}.capacity_reservation_id": RESERVATION},
+     E, f"{CR}.min_count", "must be equal"),
+    ("capacity-block-zero", {"queues[0].capacity_type": "CAPACITY_BLOCK", f"{CR}.min_count": 0,
+                             f"{CR}.max_count": 1, f"{CR}.capacity_reservation_id": RESERVATION},
+     E, f"{CR}.min_count", "above 0"),
+    ("reservation-id-format", {f"{CR}.capacity_reservation_id": "cr-123"}, E, f"{CR}.capacity_reservation_id",
+     "cr-<17 hex digits>"),
+    # FSx for Lustre
+    ("lustre-capacity-scratch2", {f"{FSX}.deployment_type": "SCRATCH_2", f"{FSX}.storage_capacity_gib": 1000},
+     E, f"{FSX}.storage_capacity_gib", "1200 or n × 2400"),
+    ("lustre-capacity-persistent2", {f"{FSX}.storage_capacity_gib": 3600}, E, f"{FSX}.storage_capacity_gib",
+     "1200 or n × 2400"),
+    ("lustre-capacity-scratch1", {f"{FSX}.deployment_type": "SCRATCH_1", f"{FSX}.storage_capacity_gib": 4800},
+     E, f"{FSX}.storage_capacity_gib", "1200, 2400 or n × 3600"),
+    ("lustre-deployment-unknown", {f"{FSX}.deployment_type": "PERSISTENT_3"}, E, f"{FSX}.deployment_type",
+     "unknown FSx for Lustre deployment type"),
+    ("lustre-throughput-scratch", {f"{FSX}.deployment_type": "SCRATCH_2", f"{FSX}.per_unit_storage_throughput": 200},
+     E, f"{FSX}.per_unit_storage_throughput", "no per-unit throughput"),
+    ("lustre-throughput-value", {f"{FSX}.per_unit_storage_throughput": 300}, E, f"{FSX}.per_unit_storage_throughput",
+     "125, 250, 500, 1000"),
+    ("lustre-throughput-persistent1", {f"{FSX}.deployment_type": "PERSISTENT_1",
+                                       f"{FSX}.per_unit_storage_throughput": 125},
+     E, f"{FSX}.per_unit_storage_throughput", "50, 100, 200"),
+    ("lustre-compression", {f"{FSX}.data_compression": "ZSTD"}, E, f"{FSX}.data_compression", "only with LZ4"),
+    ("lustre-export-without-import", {f"{FSX}.export_path": "s3://b/out"}, E, f"{FSX}.export_path",
+     "needs import_path"),
+    ("lustre-autoimport-without-import", {f"{FSX}.auto_import_policy": "NEW"}, E, f"{FSX}.auto_import_policy",
+     "needs import_path"),
+    ("lustre-chunk-without-import", {f"{FSX}.imported_file_chunk_size": 1024}, E,
+     f"{FSX}.imported_file_chunk_size", "needs import_path"),
+    ("lustre-import-not-s3", {f"{FSX}.import_path": "/data"}, E, f"{FSX}.import_path", "S3 URL"),
+    ("lustre-too-many-dras", {f"{FSX}.data_repository_associations": _dras(9)}, E,
+     f"{FSX}.data_repository_associations", "at most 8"),
+    ("lustre-dra-and-import", {f"{FSX}.data_repository_associations": _dras(1), f"{FSX}.import_path": "s3://b/x"},
+     E, f"{FSX}.import_path", "cannot be combined with data_repository_associations"),
+    ("lustre-dra-path", {f"{FSX}.data_repository_associations": [
+        {"name": "d", "file_system_path": "d", "data_repository_path": "s3://b/d"}]},
+     E, f"{FSX}.data_repository_associations[0].file_system_path", "starting with '/'"),
+    ("lustre-existing-id", {f"{FSX}.file_system_id": "fs-123"}, E, f"{FSX}.file_system_id", "fs-<17 characters>"),
+    ("lustre-existing-with-params", {f"{FSX}.file_system_id": "fs-0123456789abcdef0",
+                                     f"{FSX}.storage_capacity_gib": 1200},
+     E, f"{FSX}.storage_capacity_gib", "only applies to a new file system"),
+    # storage counts, names, mount dirs
+    ("two-new-fsx", {"storage.lustre[1]": {"name": "fsx2", "mount_dir": "/fsx2"}}, E, "storage.lustre",
+     "2 new FSx file systems; at most 1"),
+    ("two-new-efs", {"storage.efs": [{"name": "a", "mount_dir": "/a"}, {"name": "b", "mount_dir": "/b"}]}, E,
+     "storage.efs", "2 new EFS file systems"),
+    ("too-many-existing-efs", {"storage.efs": [{"name": f"e{i}", "mount_dir": f"/e{i}",
+                                                "file_system_id": "fs-0123abcd"} for i in range(21)]},
+     E, "storage.efs", "21 existing EFS file systems; at most 20"),
+    ("too-many-existing-fsx", {"storage.lustre": [{"name": f"f{i}", "mount_dir": f"/f{i}",
+                                                   "file_system_id": "fs-0123456789abcdef0"} for i in range(21)]},
+     E, "storage.lustre", "21 existing FSx"),
+    ("too-many-ebs", {"storage.ebs": [{"name": f"v{i}", "mount_dir": f"/v{i}", "size_gib": 10} for i in range(6)]},
+     E, "storage.ebs", "6 EBS volumes; at most 5"),
+    ("storage-name-long", {f"{FSX}.name": "n" * 31}, E, f"{FSX}.name", "at most 30"),
+    ("storage-name-default", {f"{FSX}.name": "default"}, E, f"{FSX}.name", "reserved"),
+    ("storage-name-duplicate", {"storage.efs": [{"name": "fsx", "mount_dir": "/home"}]}, E, "storage.efs[0].name",
+     "duplicate storage name"),
+    ("mount-dir-system", {f"{FSX}.mount_dir": "/etc"}, E, f"{FSX}.mount_dir", "system directory"),
+    ("mount-dir-slurm", {f"{FSX}.mount_dir": "/opt/slurm"}, E, f"{FSX}.mount_dir", "system directory"),
+    ("mount-dir-relative", {f"{FSX}.mount_dir": "fsx dir"}, E, f"{FSX}.mount_dir", "absolute path"),
+    ("mount-dir-duplicate", {"storage.efs": [{"name": "home", "mount_dir": "/fsx"}]}, E, "storage.efs[0].mount_dir",
+     "already the mount_dir"),
+    ("mount-dir-overlap", {"storage.efs": [{"name": "home", "mount_dir": "/fsx/home"}]}, E,
+     "storage.efs[0].mount_dir", "overlaps /fsx"),
+    ("efs-id", {"storage.efs": [{"file_system_id": "fs-1"}]}, E, "storage.efs[0].file_system_id", "EFS ids"),
+    ("efs-throughput-mode", {"storage.efs": [{"throughput_mode": "elastic"}]}, E, "storage.efs[0].throughput_mode",
+     "unknown EFS throughput mode"),
+    ("openzfs-volume-id", {"storage.openzfs": [{"volume_id": "fsvol-1"}]}, E, "storage.openzfs[0].volume_id",
+     "fsvol-"),
+    ("ebs-volume-type", {"storage.ebs": [{"name": "d", "mount_dir": "/d", "volume_type": "gp4"}]}, E,
+     "storage.ebs[0].volume_type", "unknown EBS volume type"),
+    ("deletion-policy", {f"{FSX}.deletion_policy": "Keep"}, E, f"{FSX}.deletion_policy", "unknown deletion policy"),
+    # cluster-wide
+    ("os-alinux2", {"os": "alinux2"}, E, "os", "dropped in ParallelCluster 3.16"),
+    ("os-unknown", {"os": "windows"}, E, "os", "does not support"),
+    ("region", {"region": "mars-1"}, E, "region", "not an AWS region"),
+    ("subnet-format", {"subnet_id": "net-1"}, E, "subnet_id", "subnet-<8 or 17"),
+    ("subnet-missing", {"subnet_id": None}, W, "subnet_id", "placeholder"),
+    ("scaledown", {"slurm.scaledown_idletime": -2}, E, "slurm.scaledown_idletime", "-1 (never) or more"),
+    ("queue-update-strategy", {"slurm.queue_update_strategy": "DRAIN_ALL"}, E, "slurm.queue_update_strategy",
+     "unknown queue update strategy"),
+    ("custom-slurm-denied", {"slurm.custom_settings": {"SlurmctldHost": "x"}}, E,
+     "slurm.custom_settings.SlurmctldHost", "manages SlurmctldHost itself"),
+    ("custom-slurm-accounting-denied", {"slurm.custom_settings": {"AccountingStorageHost": "x"},
+                                        "slurm.accounting": ACCOUNTING},
+     E, "slurm.custom_settings.AccountingStorageHost", "manages"),
+    ("password-not-secret", {"slurm.accounting": {**ACCOUNTING, "password_secret_arn": "hunter2"}}, E,
+     "slurm.accounting.password_secret_arn", "Secrets Manager"),
+    ("ssh-world", {"ssh.allowed_cidr": "0.0.0.0/0"}, W, "ssh.allowed_cidr", "whole internet"),
+    ("ssh-cidr-invalid", {"ssh.allowed_cidr": "10.0.0.0/99"}, E, "ssh.allowed_cidr", "not a CIDR"),
+    ("ssh-no-key", {"ssh.key_name": None}, W, "ssh.key_name", "no SSH key pair"),
+    ("instance-type-typo", {f"{CR}.instance_type": "p4de.24xlrge"}, W, f"{CR}.instance_type",
+     "not in clusterkit's catalog"),
+    ("instance-type-malformed", {"head_node.instance_type": "banana"}, E, "head_node.instance_type",
+     "not an EC2 instance type"),
+    ("script-not-url", {"queues[0].custom_actions": {"on_node_start": [{"script": "/home/me/x.sh"}]}}, E,
+     "queues[0].custom_actions.on_node_start[0].script", "s3:// or https://"),
+    ("pyxis-script", {"pyxis.script": "setup.sh"}, E, "pyxis.script", "s3:// or https://"),
+    ("enroot-on-shared", {"pyxis.enroot_dir": "/fsx"}, W, "pyxis.enroot_dir", "shared storage"),
+    ("log-retention", {"monitoring.log_retention_days": 17}, E, "monitoring.log_retention_days", "not 17 days"),
+    ("tag-value", {"tags": {"team": "ml research"}}, E, "tags.team", "no spaces"),
+    ("tag-key-reserved", {"tags": {"aws:owner": "me"}}, E, "tags.aws:owner", "may not start with 'aws:'"),
+    ("root-volume-small", {"head_node.root_volume_gb": 20}, W, "head_node.root_volume_gb", "smaller than the AMI"),
+]
+
+
+def test_base_spec_is_clean() -> None:
+    assert [f for f in findings_of(base_data()) if f.level is not Level.INFO] == []
+
+
+@pytest.mark.parametrize(("changes", "level", "path", "fragment"), [case[1:] for case in CASES],
+                         ids=[case[0] for case in CASES])
+def test_rule(changes: dict, level: Level, path: str, fragment: str) -> None:
+    findings = findings_of(with_fields(base_data(), changes))
+    matching = [f for f in findings if f.path == path and fragment in f.message]
+    assert matching, f"no finding at {path} with {fragment!r}; got: {[str(f) for f in findings]}"
+    assert matching[0].level is level
+    assert matching[0].fix, "every finding says how to fix it"
+
+
+def test_all_findings_are_reported_together() -> None:
+    data = with_fields(base_data(), {"queues[0].name": "default", "os": "alinux2",
+                                     "storage.lustre[0].mount_dir": "/etc"})
+    paths = {f.path for f in findings_of(data) if f.level is Level.ERROR}
+    assert {"queues[0].name", "os", "storage.lustre[0].mount_dir"} <= paths
+
+
+def test_errors_come_before_warnings() -> None:
+    data = with_fields(base_data(), {"ssh.allowed_cidr": "0.0.0.0/0", "os": "alinux2"})
+    levels = [f.level for f in findings_of(data)]
+    assert levels == sorted(levels, key=[Level.ERROR, Level.WARNING, Level.INFO].index)
+    assert has_errors(findings_of(data))
