@@ -16,6 +16,7 @@ from clusterkit.errors import ClusterkitError
 # Verb-group modules, in the order their verbs appear in --help.
 COMMAND_MODULES = (
     "clusterkit.cli.clusters",
+    "clusterkit.cli.cluster_config",
     "clusterkit.cli.local",
 )
 

@@ -5,22 +5,25 @@ from __future__ import annotations
 import argparse
 import time
 
+from clusterkit.cli import cluster_config
 from clusterkit.cli.output import print_json, print_table, progress
 from clusterkit.errors import ClusterkitError
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    create = subparsers.add_parser("create-cluster", parents=[common], help="create a cluster",
-                                   description="Create a cluster: a real local Slurm cluster on this machine "
-                                               "(--provider local).")
+    create = subparsers.add_parser(
+        "create-cluster", parents=[common], help="create a cluster (local Slurm, or an AWS ParallelCluster config)",
+        description="Create a cluster: a real local Slurm cluster on this machine (--provider local), or, "
+                    "from a preset or spec file, an AWS ParallelCluster v3 config (--provider aws).")
     create.add_argument("--name", required=True, help="cluster name")
-    create.add_argument("--provider", choices=("local",), default="local",
-                        help="where the cluster runs (default: local)")
+    create.add_argument("--provider", choices=("local", "aws"), default=None,
+                        help="where the cluster runs (default: aws with --preset/--file, else local)")
     create.add_argument("--dry-run", action="store_true", help="show what would be done; change nothing")
     local = create.add_argument_group("local provider")
     local.add_argument("--nodes", type=int, default=4, help="number of nodes (default 4)")
     local.add_argument("--cpus-per-node", type=int, default=2, help="CPUs per node (default 2)")
     local.add_argument("--gpus-per-node", type=int, default=0, help="fake GPUs per node, through gres (default 0)")
+    cluster_config.add_spec_arguments(create)
     create.set_defaults(handler=create_cluster)
 
     describe = subparsers.add_parser("describe-cluster", parents=[common], help="show a cluster and its nodes")
@@ -48,6 +51,12 @@ def open_cluster(name: str):
 
 
 def create_cluster(args: argparse.Namespace) -> int:
+    provider = args.provider or ("aws" if args.preset or args.file else "local")
+    if provider == "aws":
+        return cluster_config.run_aws_create(args)
+    if args.preset or args.file:
+        raise ClusterkitError("--preset and --file describe AWS clusters",
+                              fix="drop them for a local cluster, or use --provider aws")
     from clusterkit.providers.local.cluster import LocalCluster
 
     if args.dry_run:
