@@ -21,8 +21,8 @@ from clusterkit.jobs.spec import JobSpec, Mount, validate_job
 DOCKER_SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST", "SLURM_NODEID",
                           "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_RESTART_COUNT")
 
-# Characters sbatch's #SBATCH parser treats specially: quotes, '#' (comment), '\' and whitespace.
-_SBATCH_SPECIAL = re.compile(r"""([\\"'#\s])""")
+# Characters sbatch's #SBATCH parser treats specially: quotes, '#' (starts a comment) and '\'.
+_SBATCH_SPECIAL = re.compile(r"""([\\"'#])""")
 
 
 def render_sbatch(spec: JobSpec) -> str:
@@ -118,8 +118,13 @@ def mount_spec(mount: Mount) -> str:
 
 
 def sbatch_escape(value: str) -> str:
-    """Escape a value for an #SBATCH line, which sbatch splits itself (quotes, '\\', '#' comments)."""
-    return _SBATCH_SPECIAL.sub(r"\\\1", value)
+    """Escape a value for an #SBATCH line, which sbatch splits into words itself.
+
+    A backslash makes sbatch take the next character literally, but does not keep a space inside
+    the word; double quotes do (and Slurm versions differ on '#' inside quotes, hence the escapes).
+    """
+    escaped = _SBATCH_SPECIAL.sub(r"\\\1", value)
+    return f'"{escaped}"' if re.search(r"\s", value) else escaped
 
 
 @functools.lru_cache(maxsize=1)
