@@ -1,0 +1,205 @@
+"""Rendered scripts pass values through literally: run them with a fake srun/scontrol and compare argv."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clusterkit.errors import ClusterkitError
+from clusterkit.jobs.render import render_sbatch
+from clusterkit.jobs.spec import LAUNCHERS, RUNTIMES
+
+from conftest import FakeSlurm, make_spec
+
+LAUNCHER_PROGRAM = {"torchrun": "torchrun", "neuron": "torchrun", "mpi": "python", "srun": "python"}
+CONTAINER_PROGRAM = {"docker": "docker", "apptainer": "apptainer"}
+
+
+def nasty_values(marker: Path) -> list[str]:
+    return [
+        f"$(touch {marker})",
+        f"`touch {marker}`",
+        f"; touch {marker}",
+        f"| touch {marker} &",
+        "it's \"quoted\"",
+        "two\nlines",
+        "$HOME ${HOME} * ?",
+        "#not-a-comment",
+        "back\\slash",
+        "",
+        "--flag=with space",
+    ]
+
+
+def nasty_spec(marker: Path, runtime: str, launcher: str, **fields: object):
+    values = nasty_values(marker)
+    container = {"runtime": runtime}
+    if runtime != "none":
+        container["image"] = "registry.example.com/train:1"
+    return make_spec(
+        name=f"job $(touch {marker}) `touch {marker}`; 'q' \"d\" #x",
+        instance="trn1" if launcher == "neuron" else "local",
+        launcher=launcher,
+        container=container,
+        command={"script": "train.py", "args": values},
+        env={"CK_NASTY": "\n".join(values)},
+        **fields,
+    )
+
+
+def sbatch_directives(script: str) -> list[str]:
+    """The arguments sbatch reads from #SBATCH lines, split the way Slurm's parser splits them."""
+    arguments = []
+    for line in script.splitlines():
+        if line.startswith("#SBATCH"):
+            arguments += split_sbatch_line(line[len("#SBATCH"):])
+    return arguments
+
+
+def split_sbatch_line(text: str) -> list[str]:
+    # Slurm's _get_argument: '\' takes the next character (but does not extend a word over
+    # whitespace), "..." and '...' quote, an unquoted '#' ends the line.
+    words, position = [], 0
+    while True:
+        while position < len(text) and text[position].isspace():
+            position += 1
+        if position == len(text) or text[position] == "#":
+            return words
+        word, quote, escaped = [], "", False
+        while position < len(text) and (quote or not text[position].isspace()):
+            char = text[position]
+            position += 1
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+                continue
+            elif quote:
+                if char == quote:
+                    quote = ""
+                    continue
+            elif char in "\"'":
+                quote = char
+                continue
+            elif char == "#":
+                position -= 1
+                break
+            word.append(char)
+        assert not quote, f"unmatched quote in #SBATCH line: {text!r}"
+        words.append("".join(word))
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_values_reach_the_program_byte_for_byte(fake_slurm: FakeSlurm, runtime: str, launcher: str) -> None:
+    marker = fake_slurm.root / "pwned"
+    spec = nasty_spec(marker, runtime, launcher)
+    result = fake_slurm.run(render_sbatch(spec))
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists(), "a value was executed by the shell"
+
+    if runtime in CONTAINER_PROGRAM:
+        calls = fake_slurm.calls(CONTAINER_PROGRAM[runtime])
+    else:
+        calls = fake_slurm.calls(LAUNCHER_PROGRAM[launcher]) + fake_slurm.calls("neuron_parallel_compile")
+    assert len(calls) == (2 if launcher == "neuron" else 1)  # neuron: compile pass, then training
+    values = nasty_values(marker)
+    for call in calls:
+        assert call.argv[-len(values) - 1:] == ["train.py", *values]
+        assert call.env == "\n".join(values)
+
+
+def test_job_name_survives_sbatch_parsing(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    spec = nasty_spec(marker, "none", "torchrun")
+    directives = sbatch_directives(render_sbatch(spec))
+    assert f"--job-name={spec.name}" in directives
+    assert "--output=logs/%x_%j.out" in directives
+
+
+@pytest.mark.parametrize("value", ["a b", "x#y", "q'uote", 'd"q', "back\\slash", "  lead", "%x_%j"])
+def test_sbatch_escape_round_trips(value: str) -> None:
+    from clusterkit.jobs.render import sbatch_escape
+
+    assert split_sbatch_line(f" --comment={sbatch_escape(value)}") == [f"--comment={value}"]
+
+
+@pytest.mark.parametrize("field", ["name", "partition", "time", "signal"])
+def test_a_line_break_never_reaches_an_sbatch_line(field: str) -> None:
+    spec = make_spec(**{field: "x\n#SBATCH --uid=0\ntouch /tmp/pwned"})
+    with pytest.raises(ClusterkitError, match=field):
+        render_sbatch(spec)
+
+
+def test_rendezvous_host_comes_from_the_steps_node_list(fake_slurm: FakeSlurm) -> None:
+    spec = make_spec(nodes=2, launcher="torchrun")
+    # The batch script saw node-[3-4]; the (retried) step runs on node-[7-8].
+    result = fake_slurm.run(render_sbatch(spec), nodelist="node-[3-4]", step_nodelist="node-[7-8]")
+    assert result.returncode == 0, result.stderr
+    (torchrun,) = fake_slurm.calls("torchrun")
+    assert "--rdzv_endpoint=node-7:29500" in torchrun.argv
+    assert torchrun.argv[:5] == ["--nnodes=2", "--nproc_per_node=1", "--rdzv_id=42", "--rdzv_backend=c10d",
+                                 "--rdzv_endpoint=node-7:29500"]
+    (scontrol,) = fake_slurm.calls("scontrol")
+    assert scontrol.argv == ["show", "hostnames", "node-[7-8]"]
+    (srun,) = fake_slurm.calls("srun")
+    assert "--ntasks-per-node=1" in srun.argv
+
+
+@pytest.mark.parametrize(("nodelist", "first"), [
+    ("node-[3-4]", "node-3"),
+    ("ip-10-0-1-[17,23]", "ip-10-0-1-17"),
+    ("gpu[001-004]", "gpu001"),
+    ("x[7]", "x7"),
+    ("a1,b[2-3]", "a1"),
+    ("queue-st-p4de-[1-4],queue-dy-p4de-2", "queue-st-p4de-1"),
+    ("rack[2-3]-node", "rack2-node"),
+    ("single", "single"),
+])
+def test_rendezvous_host_without_scontrol(fake_slurm: FakeSlurm, nodelist: str, first: str) -> None:
+    # Inside a pyxis container Slurm's tools are usually missing: the script expands the list itself.
+    fake_slurm.remove("scontrol")
+    spec = make_spec(nodes=2, container={"runtime": "pyxis", "image": "/fsx/images/train.sqsh"})
+    result = fake_slurm.run(render_sbatch(spec), nodelist=nodelist)
+    assert result.returncode == 0, result.stderr
+    (torchrun,) = fake_slurm.calls("torchrun")
+    assert f"--rdzv_endpoint={first}:29500" in torchrun.argv
+
+
+def test_hyperpod_auto_resume_is_decided_on_the_node(fake_slurm: FakeSlurm) -> None:
+    script = render_sbatch(make_spec(nodes=2))
+    assert fake_slurm.run(script).returncode == 0
+    (srun,) = fake_slurm.calls("srun")
+    assert "--auto-resume=1" not in srun.argv
+
+    # Same script, on a "HyperPod node": the check points at a directory that exists here.
+    hyperpod_marker = fake_slurm.root / "sagemaker_cluster"
+    hyperpod_marker.mkdir()
+    for old in fake_slurm.log.iterdir():
+        old.unlink()
+    assert script.count("/opt/sagemaker_cluster") == 1
+    assert fake_slurm.run(script.replace("/opt/sagemaker_cluster", str(hyperpod_marker))).returncode == 0
+    (srun,) = fake_slurm.calls("srun")
+    assert srun.argv[0] == "--auto-resume=1"
+
+
+def test_a_failing_step_fails_the_job(fake_slurm: FakeSlurm) -> None:
+    fake_slurm.remove("torchrun")
+    result = fake_slurm.run(render_sbatch(make_spec()))
+    assert result.returncode != 0
+
+
+def test_neuron_compile_pass_runs_first_and_can_be_skipped(fake_slurm: FakeSlurm) -> None:
+    spec = make_spec(instance="trn1", launcher={"type": "neuron", "compile_args": ["--max_steps", "10"]})
+    script = render_sbatch(spec)
+    assert fake_slurm.run(script).returncode == 0
+    (compile_call,), (training,) = fake_slurm.calls("neuron_parallel_compile"), fake_slurm.calls("torchrun")
+    assert compile_call.argv[0] == "torchrun"
+    assert "--nproc_per_node=32" in compile_call.argv and "--nproc_per_node=32" in training.argv
+    assert compile_call.argv[-3:] == ["train.py", "--max_steps", "10"]
+    assert training.argv[-1] == "train.py"
+    assert script.index("; clusterkit_compile_step") < script.index("; clusterkit_step")
+
+    skipped = make_spec(instance="trn1", launcher={"type": "neuron", "compile": False})
+    assert "neuron_parallel_compile" not in render_sbatch(skipped)

@@ -1,0 +1,150 @@
+"""sbatch rendering: golden files, determinism, directives and what the script does at run time."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusterkit.errors import ClusterkitError
+from clusterkit.jobs.render import render_sbatch
+from clusterkit.jobs.spec import Command, job_from_dict, load_job
+
+from conftest import REPO_ROOT, make_spec
+
+HERE = Path(__file__).resolve().parent
+GOLDEN_DIR = HERE / "golden"
+SPEC_FILES = sorted((REPO_ROOT / "examples" / "jobs").glob("*.yaml")) + sorted((HERE / "specs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("spec_file", SPEC_FILES, ids=lambda path: path.stem)
+def test_golden(spec_file: Path) -> None:
+    rendered = render_sbatch(load_job(spec_file))
+    golden = GOLDEN_DIR / f"{spec_file.stem}.sbatch"
+    if os.environ.get("CLUSTERKIT_UPDATE_GOLDEN") == "1":
+        golden.write_text(rendered)
+    assert golden.exists(), f"no golden file; run with CLUSTERKIT_UPDATE_GOLDEN=1 to create {golden.name}"
+    assert rendered == golden.read_text(), f"{golden.name} differs; CLUSTERKIT_UPDATE_GOLDEN=1 regenerates it"
+
+
+def test_every_golden_file_has_a_spec() -> None:
+    assert sorted(path.stem for path in GOLDEN_DIR.glob("*.sbatch")) == sorted(path.stem for path in SPEC_FILES)
+
+
+def test_rendering_is_deterministic() -> None:
+    data = {"name": "d", "instance": "p4de", "nodes": 2, "command": ["t.py"],
+            "env": {"B": "2", "A": "1", "NCCL_DEBUG": "WARN"}}
+    first = render_sbatch(job_from_dict(data))
+    reordered = dict(reversed(list(data.items())))
+    reordered["env"] = dict(reversed(list(data["env"].items())))
+    assert render_sbatch(job_from_dict(reordered)) == first
+    assert render_sbatch(job_from_dict(data)) == first
+
+
+def directives(script: str) -> list[str]:
+    return [line.split(" ", 1)[1] for line in script.splitlines() if line.startswith("#SBATCH ")]
+
+
+def test_default_directives() -> None:
+    lines = directives(render_sbatch(make_spec(instance="p4de", nodes=2, exclusive=True)))
+    assert lines == ["--job-name=test-job", "--nodes=2", "--ntasks-per-node=1", "--exclusive",
+                     "--wait-all-nodes=1", "--requeue", "--output=logs/%x_%j.out", "--open-mode=append"]
+
+
+def test_optional_directives() -> None:
+    spec = make_spec(instance="p4de", gpus_per_node=4, requeue=False, signal="B:USR1@90", time=90,
+                     partition="gpu", workdir="/fsx/w", logs={"error": "logs/%x_%j.err"},
+                     sbatch=["--account=ml", "--hint=nomultithread"])
+    lines = directives(render_sbatch(spec))
+    for expected in ("--gpus-per-node=4", "--no-requeue", "--signal=B:USR1@90", "--time=90", "--partition=gpu",
+                     "--chdir=/fsx/w", "--error=logs/%x_%j.err", "--account=ml", "--hint=nomultithread"):
+        assert expected in lines
+    assert "--requeue" not in lines
+    assert "--ntasks-per-node=1" in lines  # torchrun: one task per node, 4 processes each
+    assert "--nproc_per_node=4" in render_sbatch(spec)
+
+
+def test_gpus_per_node_only_when_asked() -> None:
+    assert not any("gpus" in line for line in directives(render_sbatch(make_spec(instance="p5"))))
+
+
+@pytest.mark.parametrize(("launcher", "instance", "tasks", "processes"), [
+    ("torchrun", "p4de", 1, 8), ("neuron", "trn1", 1, 32), ("mpi", "p5", 8, None), ("srun", "local", 1, None),
+])
+def test_tasks_and_processes_per_node(launcher: str, instance: str, tasks: int, processes: int | None) -> None:
+    script = render_sbatch(make_spec(instance=instance, launcher=launcher))
+    assert f"--ntasks-per-node={tasks}" in directives(script)
+    if processes:
+        assert f"--nproc_per_node={processes}" in script
+
+
+def test_run_identity_is_exported_only_when_set() -> None:
+    bare = render_sbatch(make_spec())
+    assert "CLUSTERKIT_" not in bare
+    script = render_sbatch(make_spec(run_id="r1", checkpoint_dir="/fsx/ckpt", max_restarts=0))
+    for line in ("export CLUSTERKIT_RUN_ID=r1", "export CLUSTERKIT_CHECKPOINT_DIR=/fsx/ckpt",
+                 "export CLUSTERKIT_MAX_RESTARTS=0"):
+        assert line in script.splitlines()
+
+
+def test_library_path_only_on_bare_hosts() -> None:
+    line = 'export LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'
+    assert line in render_sbatch(make_spec(instance="p4de")).splitlines()
+    in_container = make_spec(instance="p4de", container={"runtime": "pyxis", "image": "/fsx/a.sqsh"})
+    assert "LD_LIBRARY_PATH" not in render_sbatch(in_container)
+
+
+def test_docker_gets_devices_and_environment_names() -> None:
+    script = render_sbatch(make_spec(instance="trn1", launcher="neuron", env={"MY_VAR": "x"},
+                                     container={"runtime": "docker", "image": "example.com/neuron:1"}))
+    assert script.count("--device /dev/infiniband/uverbs") == 2 * 8  # 8 EFA interfaces, two steps
+    assert script.count("--device /dev/neuron") == 2 * 16
+    assert "--env MY_VAR" in script and "--env NEURON_CC_FLAGS" in script
+    assert "--gpus all" not in script
+
+
+def test_a_spec_with_errors_is_not_rendered() -> None:
+    with pytest.raises(ClusterkitError, match="container.image"):
+        render_sbatch(make_spec(container={"runtime": "pyxis"}))
+
+
+def test_importing_the_spec_stays_light() -> None:
+    code = ("import sys, clusterkit.jobs.spec, clusterkit.jobs.environment, clusterkit.jobs; "
+            "heavy = {'jinja2', 'yaml', 'torch', 'submitit', 'boto3'} & set(sys.modules); "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT, timeout=60)
+
+
+@pytest.mark.slow
+def test_local_example_all_reduces_across_two_nodes(fake_slurm, unused_tcp_port: int) -> None:
+    """The local example end to end, minus Slurm: two 'nodes' (srun copies), real torchrun and gloo."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pytest.skip("torch is not installed")
+    example = load_job(REPO_ROOT / "examples" / "jobs" / "local-allreduce.yaml")
+    # Run from a scratch directory, on a free port (other tests may hold 29500).
+    spec = dataclasses.replace(
+        example, command=Command(str(REPO_ROOT / example.command.script)),
+        launcher=dataclasses.replace(example.launcher, port=unused_tcp_port))
+    fake_slurm.remove("torchrun")
+    fake_slurm.link("torchrun", str(torchrun))
+    result = fake_slurm.run(render_sbatch(spec), nodelist="localhost", copies=2, timeout=180,
+                            extra_env={"GLOO_SOCKET_IFNAME": "lo"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "all-reduce over 4 ranks" in result.stdout
+    assert "[10.0, 10.0, 10.0, 10.0] (expected 10.0)" in result.stdout
+
+
+@pytest.fixture
+def unused_tcp_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,221 @@
+"""Job spec loading (field paths, fixes, did-you-mean), validation findings, and a fuzzed loader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clusterkit.errors import ClusterkitError
+from clusterkit.findings import Level
+from clusterkit.jobs.render import render_sbatch
+from clusterkit.jobs.spec import (JobSpec, JobSpecError, Mount, job_from_dict, job_from_yaml, load_job,
+                                  validate_job)
+
+from conftest import REPO_ROOT, make_spec
+
+EXAMPLES = sorted((REPO_ROOT / "examples" / "jobs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.stem)
+def test_examples_load_without_errors(path: Path) -> None:
+    findings = validate_job(load_job(path))
+    assert [f for f in findings if f.level is Level.ERROR] == []
+
+
+def test_defaults() -> None:
+    spec = job_from_dict({"name": "j", "command": ["train.py"]})
+    assert spec.requeue is True and spec.exclusive is False and spec.nodes == 1
+    assert spec.logs.output == "logs/%x_%j.out" and spec.logs.error is None
+    assert spec.launcher.kind == "torchrun" and spec.launcher.port == 29500
+    assert spec.container.runtime == "none" and spec.instance is None and spec.processes == 1
+    assert validate_job(spec) == []
+
+
+@pytest.mark.parametrize(("instance", "instance_type", "processes"), [
+    ("p4de", "p4de.24xlarge", 8), ("p4d", "p4d.24xlarge", 8), ("p5", "p5.48xlarge", 8),
+    ("trn1", "trn1.32xlarge", 32), ("trn1n", "trn1n.32xlarge", 32), ("g5", "g5.48xlarge", 8),
+    ("g5.12xlarge", "g5.12xlarge", 4), ("local", None, 1),
+])
+def test_instance_presets(instance: str, instance_type: str | None, processes: int) -> None:
+    spec = make_spec(instance=instance)
+    assert (spec.instance, spec.processes) == (instance_type, processes)
+
+
+def test_overrides_of_processes() -> None:
+    assert make_spec(instance="p4de", gpus_per_node=4).processes == 4
+    assert make_spec(instance="p4de", gpus_per_node=4, processes_per_node=2).processes == 2
+
+
+def test_yaml_keeps_times_and_versions_as_text(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("name: j\ncommand: [t.py, 010]\ntime: 04:00:00\nstack: {libfabric: 1.20}\n"
+                    "env: {N: 1:30, M: 08}\n")
+    spec = load_job(path)
+    assert spec.time == "04:00:00"
+    assert spec.stack.libfabric == "1.2"  # YAML reads 1.20 as a number: quote versions
+    assert spec.command.args == ("010",)
+    assert spec.env == {"N": "1:30", "M": "08"}
+
+
+def test_command_forms_and_mounts() -> None:
+    spec = make_spec(command={"script": "t.py", "args": ["--n", 3]},
+                     container={"runtime": "pyxis", "image": "/fsx/i.sqsh",
+                                "mounts": ["/fsx", "/a:/b:ro", {"source": "/c", "target": "/d"}]})
+    assert spec.command.script == "t.py" and spec.command.args == ("--n", "3")
+    assert spec.container.mounts == (Mount("/fsx", "/fsx"), Mount("/a", "/b", True), Mount("/c", "/d"))
+
+
+@pytest.mark.parametrize(("fields", "path", "fix"), [
+    ({"nodse": 2}, "nodse", "did you mean 'nodes'"),
+    ({"container": {"runtim": "pyxis"}}, "container.runtim", "did you mean 'runtime'"),
+    ({"container": {"runtime": "podman"}}, "container.runtime", "docker"),
+    ({"container": {"runtime": "pyxsi"}}, "container.runtime", "did you mean 'pyxis'"),
+    ({"container": ["pyxis"]}, "container", "field: value"),
+    ({"container": {"runtime": "pyxis", "mounts": "/fsx"}}, "container.mounts", "[/fsx"),
+    ({"container": {"runtime": "pyxis", "mounts": ["/a:/b:rx"]}}, "container.mounts[0]", "/data:/data:ro"),
+    ({"env": {"FOO": True}}, "env.FOO", "quote it"),
+    ({"env": {"FOO": None}}, "env.FOO", '""'),
+    ({"env": {"1BAD": "x"}}, "env.1BAD", "letters"),
+    ({"env": {"FOO": ["a"]}}, "env.FOO", "quote"),
+    ({"nodes": 0}, "nodes", ">= 1"),
+    ({"nodes": "4"}, "nodes", "number"),
+    ({"nodes": True}, "nodes", "number"),
+    ({"instance": "p4e"}, "instance", "did you mean 'p4de'"),
+    ({"instance": "quantum"}, "instance", "preset"),
+    ({"command": "python train.py"}, "command", "split the command"),
+    ({"command": []}, "command", "name the script"),
+    ({"command": {"script": "t.py", "arg": []}}, "command.arg", "did you mean 'args'"),
+    ({"command": ["t.py", {"a": 1}]}, "command[1]", "quote"),
+    ({"launcher": "torchrn"}, "launcher", "did you mean 'torchrun'"),
+    ({"launcher": {"type": "neuron", "compile": "no"}}, "launcher.compile", "compile: true"),
+    ({"logs": {"outptu": "x"}}, "logs.outptu", "did you mean 'output'"),
+    ({"requeue": "yes please"}, "requeue", "true"),
+    ({"max_restarts": -1}, "max_restarts", ">= 0"),
+    ({"time": 0}, "time", ">= 1"),
+    ({"name": None}, "name", "name: ..."),
+    ({"name": "a\x00b"}, "name", "NUL"),
+    ({"sbatch": "--account=x"}, "sbatch", "[a, b"),
+])
+def test_loading_errors_name_field_value_and_fix(fields: dict, path: str, fix: str) -> None:
+    with pytest.raises(JobSpecError) as caught:
+        make_spec(**fields)
+    assert caught.value.path == path
+    assert str(caught.value).startswith(f"{path}: ")
+    assert fix in (caught.value.fix or "")
+
+
+def test_error_shows_the_value() -> None:
+    with pytest.raises(ClusterkitError, match="podman"):
+        make_spec(container={"runtime": "podman"})
+
+
+def test_not_a_mapping_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ClusterkitError, match="mapping"):
+        job_from_yaml("- a\n- b\n")
+    with pytest.raises(ClusterkitError, match="not valid YAML"):
+        job_from_yaml("name: [unclosed\n")
+    with pytest.raises(ClusterkitError, match="cannot read"):
+        load_job(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize(("fields", "path", "level"), [
+    ({"name": "two\nlines"}, "name", Level.ERROR),
+    ({"name": "a/b"}, "name", Level.WARNING),
+    ({"time": "4 hours"}, "time", Level.ERROR),
+    ({"signal": "USR1 at 120"}, "signal", Level.ERROR),
+    ({"partition": "gpu queue"}, "partition", Level.ERROR),
+    ({"cluster": "-bad"}, "cluster", Level.ERROR),
+    ({"run_id": "run 1"}, "run_id", Level.ERROR),
+    ({"instance": "p4de", "gpus_per_node": 16}, "gpus_per_node", Level.ERROR),
+    ({"instance": "trn1", "gpus_per_node": 1}, "gpus_per_node", Level.ERROR),
+    ({"instance": "p4de", "gpus_per_node": 8}, "gpus_per_node", Level.WARNING),
+    ({"instance": "p4de", "processes_per_node": 16}, "processes_per_node", Level.WARNING),
+    ({"instance": "p4de", "nodes": 2}, "exclusive", Level.WARNING),
+    ({"instance": "p4de", "launcher": "neuron"}, "launcher.type", Level.ERROR),
+    ({"instance": "trn1", "launcher": "torchrun"}, "launcher.type", Level.WARNING),
+    ({"instance": "trn1", "launcher": {"type": "neuron", "compile_cache": "cache"}}, "launcher.compile_cache",
+     Level.ERROR),
+    ({"launcher": {"type": "torchrun", "port": 70000}}, "launcher.port", Level.ERROR),
+    ({"launcher": "mpi", "container": {"runtime": "docker", "image": "x:1"}}, "launcher.type", Level.WARNING),
+    ({"container": {"runtime": "pyxis"}}, "container.image", Level.ERROR),
+    ({"container": {"image": "x:1"}}, "container.image", Level.ERROR),
+    ({"container": {"runtime": "docker", "image": "/fsx/x.sqsh"}}, "container.image", Level.ERROR),
+    ({"container": {"runtime": "pyxis", "image": "x.sqsh"}}, "container.image", Level.ERROR),
+    ({"container": {"runtime": "pyxis", "image": "x:1", "mounts": ["rel:/x"]}}, "container.mounts[0]",
+     Level.ERROR),
+    ({"container": {"runtime": "pyxis", "image": "x:1"}, "workdir": "rel"}, "workdir", Level.ERROR),
+    ({"container": {"mounts": ["/fsx"]}}, "container", Level.WARNING),
+    ({"logs": {"output": "logs/train.out"}}, "logs.output", Level.WARNING),
+    ({"env": {"RDMAV_FORK_SAFE": "1"}}, "env.RDMAV_FORK_SAFE", Level.WARNING),
+    ({"checkpoint_dir": "ckpt"}, "checkpoint_dir", Level.WARNING),
+    ({"max_restarts": 3, "requeue": False}, "max_restarts", Level.WARNING),
+    ({"stack": {"aws_ofi_nccl": "latest"}}, "stack.aws_ofi_nccl", Level.ERROR),
+    ({"sbatch": ["--time=10"]}, "sbatch[0]", Level.ERROR),
+    ({"sbatch": ["account=ml"]}, "sbatch[0]", Level.ERROR),
+    ({"sbatch": ["--comment=a\nb"]}, "sbatch[0]", Level.ERROR),
+])
+def test_validation_findings(fields: dict, path: str, level: Level) -> None:
+    findings = validate_job(make_spec(**fields))
+    matching = [f for f in findings if f.path == path and f.level is level]
+    assert matching, [str(f) for f in findings]
+    assert all(f.fix for f in findings)
+
+
+def test_sbatch_managed_option_names_the_field() -> None:
+    (finding,) = validate_job(make_spec(sbatch={"output": "x.out"}))
+    assert "logs.output" in finding.fix
+
+
+def test_specs_built_in_python_are_validated_too() -> None:
+    spec = JobSpec(name="x\n#SBATCH --uid=0", command=make_spec().command)
+    assert validate_job(spec)[0].path == "name"
+
+
+# --- fuzzing: the loader answers bad input with ClusterkitError, never a traceback ------------
+
+FIELD_NAMES = ["name", "command", "nodes", "cluster", "partition", "instance", "gpus_per_node",
+               "processes_per_node", "container", "workdir", "launcher", "env", "time", "exclusive", "requeue",
+               "signal", "logs", "checkpoint_dir", "run_id", "max_restarts", "stack", "sbatch", "runtime", "image",
+               "mounts", "script", "args", "type", "port", "compile", "output", "error", "aws_ofi_nccl"]
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-2, 2**70), st.floats(allow_nan=True), st.text(max_size=12),
+                    st.sampled_from(["p4de", "trn1", "local", "pyxis", "docker", "neuron", "mpi", "srun", "train.py",
+                                     "/fsx", "/fsx/i.sqsh", "USR1@120", "01:00:00", "--account=x", "1.7"]))
+values = st.recursive(scalars, lambda children: st.one_of(
+    st.lists(children, max_size=4),
+    st.dictionaries(st.one_of(st.sampled_from(FIELD_NAMES), st.text(max_size=6), st.integers()), children,
+                    max_size=5)), max_leaves=20)
+spec_dicts = st.fixed_dictionaries(
+    {"name": st.one_of(st.text(max_size=10), scalars), "command": values},
+    optional={key: values for key in FIELD_NAMES if key not in ("name", "command")})
+
+
+def load_and_render(load) -> None:
+    try:
+        spec = load()
+    except ClusterkitError:
+        return
+    findings = validate_job(spec)
+    try:
+        script = render_sbatch(spec)
+    except ClusterkitError:
+        assert any(f.level is Level.ERROR for f in findings)
+        return
+    assert script.startswith("#!/bin/bash\n")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec_dicts)
+def test_fuzz_dicts(data: dict) -> None:
+    load_and_render(lambda: job_from_dict(data))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.text(max_size=200), st.builds(
+    lambda prefix, body: prefix + body,
+    st.sampled_from(["name: j\ncommand: [t.py]\n", "name: j\ncommand:\n  script: t.py\n", ""]),
+    st.lists(st.sampled_from(list("abcdefnmo:-[]{}&*!|>'\"\n #%@,?01.") + FIELD_NAMES), max_size=40).map("".join))))
+def test_fuzz_yaml_text(text: str) -> None:
+    load_and_render(lambda: job_from_yaml(text))
