@@ -6,9 +6,12 @@ anything. Parsing is done on Slurm's parsable output (`-P`/`-h` with `|`), not o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,19 +59,41 @@ class AccountingRecord:
         return self.state.split()[0] if self.state else ""
 
 
-class Slurm:
-    """Slurm's CLI against one cluster."""
+_environ_lock = threading.RLock()
 
-    def __init__(self, slurm_conf: Path | None = None, timeout: float = 30.0) -> None:
+
+class Slurm:
+    """Slurm's CLI against one cluster.
+
+    `extra_env` is what jobs of this cluster should inherit from the submitting process (sbatch
+    exports the submitter's environment), e.g. a PATH that finds the submitter's Python.
+    """
+
+    def __init__(self, slurm_conf: Path | None = None, timeout: float = 30.0,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.slurm_conf = Path(slurm_conf) if slurm_conf else None
         self.timeout = timeout
+        self.extra_env = dict(extra_env or {})
 
     @property
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = dict(os.environ, **self.extra_env)
         if self.slurm_conf:
             env["SLURM_CONF"] = str(self.slurm_conf)
         return env
+
+    @contextlib.contextmanager
+    def environment(self) -> Iterator[None]:
+        """Point this process's environment at the cluster, for libraries that run Slurm's
+        commands themselves (submitit). Restored on exit; one cluster at a time."""
+        with _environ_lock:
+            saved = dict(os.environ)
+            os.environ.update(self.env)
+            try:
+                yield
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
 
     def run(self, command: str, *args: str, check: bool = True, input_text: str | None = None,
             timeout: float | None = None) -> subprocess.CompletedProcess[str]:
@@ -87,6 +112,20 @@ class Slurm:
             detail = (result.stderr or result.stdout).strip().splitlines()
             raise SlurmCommandError(f"`{command} {' '.join(args)}` failed: {detail[-1] if detail else result.returncode}")
         return result
+
+    def config(self) -> dict[str, str]:
+        """`scontrol show config` as a dict: JobRequeue, AccountingStorageType, ..."""
+        config = {}
+        for line in self.run("scontrol", "show", "config").stdout.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                config[key.strip()] = value.strip()
+        return config
+
+    def partitions(self) -> list[dict[str, str]]:
+        """Partition name, node count, gres and CPUs per node (one row per distinct node shape)."""
+        out = self.run("sinfo", "-h", "-o", "%R|%D|%G|%c").stdout
+        return [dict(zip(("name", "nodes", "gres", "cpus"), line.split("|"))) for line in out.splitlines()]
 
     def ping(self) -> bool:
         result = self.run("scontrol", "ping", check=False, timeout=10)
@@ -123,16 +162,19 @@ class Slurm:
             records.append(AccountingRecord(*line.split("|")))
         return records
 
-    def queue(self, job_ids: list[str] | None = None) -> dict[str, str]:
-        """Job id -> state for jobs the controller still knows (pending, running, requeued...)."""
-        args = ["-h", "-o", "%i|%T"]
-        if job_ids:
-            args += ["-j", ",".join(job_ids)]
-        result = self.run("squeue", *args, check=False)
-        if result.returncode != 0:
-            # squeue fails for ids that left the queue: treat as "not queued".
-            return {}
-        return dict(line.split("|", 1) for line in result.stdout.splitlines() if "|" in line)
+    def queue(self) -> dict[str, str]:
+        """Job id -> state for every job the controller still lists (array tasks one by one)."""
+        out = self.run("squeue", "-h", "-r", "-o", "%i|%T").stdout
+        return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+
+    def job_details(self, job_id: str) -> dict[str, str]:
+        """`scontrol show job` as a dict (StdOut, StdErr, WorkDir, NodeList...); empty once forgotten."""
+        result = self.run("scontrol", "show", "job", "-o", job_id, check=False)
+        details: dict[str, str] = {}
+        for token in result.stdout.split():
+            key, _, value = token.partition("=")
+            details.setdefault(key, value)
+        return details
 
     def update_node(self, node: str, state: str, reason: str = "") -> None:
         args = [f"NodeName={node}", f"State={state}"]

@@ -17,6 +17,7 @@ from clusterkit.errors import ClusterkitError
 COMMAND_MODULES = (
     "clusterkit.cli.clusters",
     "clusterkit.cli.cluster_config",
+    "clusterkit.cli.jobs",
     "clusterkit.cli.local",
 )
 

@@ -8,6 +8,7 @@ import time
 from clusterkit.cli import cluster_config
 from clusterkit.cli.output import print_json, print_table, progress
 from clusterkit.errors import ClusterkitError
+from clusterkit.providers import open_cluster
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -36,18 +37,6 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     delete = subparsers.add_parser("delete-cluster", parents=[common], help="stop and remove a cluster")
     delete.add_argument("name")
     delete.set_defaults(handler=delete_cluster)
-
-
-def open_cluster(name: str):
-    """The provider object for a registered cluster, chosen by its record."""
-    from clusterkit import registry
-
-    record = registry.load(name)
-    if record.provider == "local":
-        from clusterkit.providers.local import LocalCluster
-
-        return LocalCluster(record)
-    raise ClusterkitError(f"cluster {name!r} uses provider {record.provider!r}, which this version cannot manage")
 
 
 def create_cluster(args: argparse.Namespace) -> int:

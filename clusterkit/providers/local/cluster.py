@@ -14,6 +14,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,10 @@ class LocalCluster:
             base_port=details["base_port"], controller_host=details["controller_host"],
         )
         self.layout = LocalLayout(record.directory)
-        self.slurm = Slurm(self.layout.slurm_conf)
+        # Jobs on a local cluster run with the Python that drives it (its venv's python, torchrun).
+        python_bin = os.path.dirname(sys.executable)
+        self.slurm = Slurm(self.layout.slurm_conf,
+                           extra_env={"PATH": f"{python_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"})
 
     # ----- lookup -------------------------------------------------------------------------------
     @classmethod

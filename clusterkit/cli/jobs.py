@@ -1,0 +1,139 @@
+"""Job verbs: submit, status, logs, cancel, jobs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from clusterkit.cli.output import print_json, print_table, progress
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    cluster_option = argparse.ArgumentParser(add_help=False)
+    cluster_option.add_argument("--cluster", metavar="NAME",
+                                help="cluster to use (default: $CLUSTERKIT_CLUSTER, or the only one)")
+
+    submit = subparsers.add_parser("submit", parents=[common, cluster_option], help="submit a job spec",
+                                   description="Render a job spec into an sbatch script and submit it.")
+    submit.add_argument("spec", metavar="JOB.yaml", help="job spec file")
+    submit.add_argument("--dry-run", action="store_true", help="print the exact script; submit nothing")
+    submit.add_argument("--no-preflight", action="store_true", help="skip the checks against the cluster")
+    submit.add_argument("--wait", action="store_true", help="follow the job until it ends; exit 1 unless COMPLETED")
+    submit.set_defaults(handler=submit_spec)
+
+    status = subparsers.add_parser("status", parents=[common, cluster_option],
+                                   help="a job's state and every attempt (requeues included)")
+    status.add_argument("job_id", metavar="JOB_ID")
+    status.set_defaults(handler=job_status)
+
+    logs = subparsers.add_parser("logs", parents=[common, cluster_option], help="print a job's output")
+    logs.add_argument("job_id", metavar="JOB_ID")
+    logs.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+    logs.set_defaults(handler=job_logs)
+
+    cancel = subparsers.add_parser("cancel", parents=[common, cluster_option], help="cancel a job")
+    cancel.add_argument("job_id", metavar="JOB_ID")
+    cancel.set_defaults(handler=cancel_job)
+
+    jobs = subparsers.add_parser("jobs", parents=[common, cluster_option], help="list jobs submitted by clusterkit")
+    jobs.set_defaults(handler=list_jobs)
+
+
+def submit_spec(args: argparse.Namespace) -> int:
+    from clusterkit.jobs.spec import load_job
+
+    spec = load_job(args.spec)
+    if args.dry_run:
+        from clusterkit.jobs.render import render_sbatch
+
+        script = render_sbatch(spec)
+        if args.output == "json":
+            print_json({"name": spec.name, "script": script})
+        else:
+            sys.stdout.write(script)
+        return 0
+    from clusterkit.jobs.submit import submit_job
+
+    handle = submit_job(spec, args.cluster, preflight=not args.no_preflight, spec_file=args.spec)
+    if not args.wait:
+        if args.output == "json":
+            print_json({"job_id": handle.job_id, "cluster": handle.cluster, "stdout": str(handle.stdout_path)})
+        else:
+            print(f"submitted job {handle.job_id} to cluster {handle.cluster!r}; log: {handle.stdout_path}")
+        return 0
+    state = handle.wait(progress=progress if args.output == "table" else None)
+    if args.output == "json":
+        print_json({"job_id": handle.job_id, "cluster": handle.cluster, "state": state,
+                    "stdout": str(handle.stdout_path)})
+    return 0 if state == "COMPLETED" else 1
+
+
+def _handle(args: argparse.Namespace):
+    from clusterkit.jobs.submit import job_handle
+
+    return job_handle(args.job_id, args.cluster)
+
+
+def job_status(args: argparse.Namespace) -> int:
+    handle = _handle(args)
+    attempts = [{"attempt": index, "state": a.state, "exit_code": a.exit_code, "nodes": a.node_list,
+                 "start": a.start, "end": a.end} for index, a in enumerate(handle.attempts())]
+    info = {"job_id": handle.job_id, "cluster": handle.cluster, "state": handle.state,
+            "stdout": str(handle.stdout_path) if handle.stdout_path else None, "attempts": attempts}
+    if args.output == "json":
+        print_json(info)
+        return 0
+    print(f"job {info['job_id']} on {info['cluster']}: {info['state']}")
+    if attempts:
+        print_table(["attempt", "state", "exit_code", "nodes", "start", "end"],
+                    [list(a.values()) for a in attempts])
+    return 0
+
+
+def job_logs(args: argparse.Namespace) -> int:
+    handle = _handle(args)
+    if handle.stdout_path is None:
+        print(f"job {handle.job_id} has no known log file", file=sys.stderr)
+        return 1
+    position = 0
+    while True:
+        text = handle.stdout()
+        if len(text) > position:
+            sys.stdout.write(text[position:])
+            sys.stdout.flush()
+            position = len(text)
+        if not args.follow or handle.done():
+            break
+        time.sleep(0.5)
+    if args.follow:
+        sys.stdout.write(handle.stdout()[position:])  # what arrived between the last read and the end
+    stderr = handle.stderr()
+    if stderr:
+        sys.stderr.write(stderr)
+    return 0
+
+
+def cancel_job(args: argparse.Namespace) -> int:
+    handle = _handle(args)
+    handle.cancel()
+    if args.output == "json":
+        print_json({"job_id": handle.job_id, "cancelled": True})
+    else:
+        print(f"cancelled job {handle.job_id}")
+    return 0
+
+
+def list_jobs(args: argparse.Namespace) -> int:
+    from clusterkit.jobs import records
+    from clusterkit.jobs.submit import handle_from_record
+    from clusterkit.providers import resolve_cluster_name
+
+    cluster = resolve_cluster_name(args.cluster)
+    rows = [{"job_id": r.job_id, "name": r.name, "kind": r.kind, "state": handle_from_record(r).state,
+             "submitted": r.submitted, "stdout": r.stdout} for r in records.all_records(cluster)]
+    if args.output == "json":
+        print_json(rows)
+    else:
+        print_table(["job_id", "name", "kind", "state", "submitted", "stdout"], [list(r.values()) for r in rows])
+    return 0

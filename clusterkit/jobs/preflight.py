@@ -1,0 +1,126 @@
+"""Checks before a submission: does the cluster give the job what it relies on?
+
+Each check is a small function returning findings (level, field path, message, fix). Without them
+these problems surface silently or hours later: a job whose log directory does not exist dies
+without a log, pyxis flags are ignored where the plugin is not loaded, sacct-less clusters never
+show a job end.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from clusterkit.findings import Finding, Level
+from clusterkit.jobs.spec import JobSpec
+from clusterkit.slurm import Slurm
+
+Check = Callable[[JobSpec, Slurm, dict[str, str], Path], list[Finding]]
+
+
+def check_requeue(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+    if spec.requeue or config.get("JobRequeue") == "1":
+        return []
+    return [Finding(Level.WARNING, "requeue", "the job is not requeueable and the cluster's JobRequeue is 0: "
+                    "a node failure ends it NODE_FAIL", fix="set requeue: true", value=spec.requeue)]
+
+
+def check_accounting(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+    storage = config.get("AccountingStorageType", "")
+    if storage and not storage.endswith("/none"):
+        return []
+    return [Finding(Level.ERROR, "cluster", "the cluster has no job accounting (AccountingStorageType is "
+                    f"{storage or 'unset'}): sacct cannot tell when or how a job ended",
+                    fix="configure slurmdbd (ParallelCluster: Scheduling.SlurmSettings.Database)", value=storage)]
+
+
+def check_pyxis(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+    if spec.container.runtime != "pyxis":
+        return []
+    help_text = slurm.run("srun", "--help", check=False).stdout
+    if "--container-image" in help_text:
+        return []
+    return [Finding(Level.ERROR, "container.runtime", "the pyxis plugin is not loaded on this cluster: "
+                    "srun does not know --container-image", fix="enable pyxis (plugstack.conf), or use "
+                    "runtime: docker, apptainer or none", value="pyxis")]
+
+
+def check_image(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+    image = spec.container.image
+    if not image or spec.container.runtime == "none" or not (image.startswith("/") or image.startswith(".")):
+        return []  # a registry reference: pulled on the nodes
+    path = workdir / image
+    if path.is_file() and os.access(path, os.R_OK):
+        return []
+    return [Finding(Level.ERROR, "container.image", f"image file {str(path)!r} is missing or not readable",
+                    fix="import it first (enroot import -o NAME.sqsh dockerd://IMAGE) onto shared storage",
+                    value=image)]
+
+
+def log_directories(spec: JobSpec, workdir: Path) -> list[tuple[str, Path]]:
+    """(field, directory) of each log file pattern whose directory is fixed before the job runs."""
+    found = []
+    for field_path, pattern in (("logs.output", spec.logs.output), ("logs.error", spec.logs.error)):
+        directory = (workdir / pattern).parent if pattern else None
+        if directory is not None and "%" not in str(directory):
+            found.append((field_path, directory))
+    return found
+
+
+def _creatable(directory: Path) -> bool:
+    existing = next((p for p in (directory, *directory.parents) if p.exists()), None)
+    return existing is not None and existing.is_dir() and os.access(existing, os.W_OK)
+
+
+def check_log_directory(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+    return [Finding(Level.ERROR, field_path, f"log directory {str(directory)!r} cannot be created: Slurm "
+                    "would start the job and lose its output", fix="use a writable directory on shared storage",
+                    value=str(directory))
+            for field_path, directory in log_directories(spec, workdir) if not _creatable(directory)]
+
+
+def check_checkpoint_directory(spec: JobSpec, slurm: Slurm, config: dict[str, str],
+                               workdir: Path) -> list[Finding]:
+    if not spec.checkpoint_dir or _creatable(workdir / spec.checkpoint_dir):
+        return []
+    return [Finding(Level.ERROR, "checkpoint_dir", f"checkpoint directory {spec.checkpoint_dir!r} cannot be "
+                    "created", fix="use a writable directory on storage every node sees (/fsx on ParallelCluster)",
+                    value=spec.checkpoint_dir)]
+
+
+def _gpus(gres: str) -> int:
+    match = re.search(r"gpu(?::[^:(,]+)?:(\d+)", gres)
+    return int(match.group(1)) if match else 0
+
+
+def check_partition(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+    rows = slurm.partitions()
+    wanted = spec.partition
+    if wanted:
+        rows_here = [r for r in rows if r["name"].rstrip("*") == wanted]
+        if not rows_here:
+            names = sorted({r["name"].rstrip("*") for r in rows})
+            return [Finding(Level.ERROR, "partition", f"no partition {wanted!r} on this cluster",
+                            fix=f"use one of: {', '.join(names)}", value=wanted)]
+    else:
+        rows_here = [r for r in rows if r["name"].endswith("*")] or rows
+    gpus_needed = spec.gpus_per_node or 0
+    fitting = sum(int(r["nodes"]) for r in rows_here if _gpus(r["gres"]) >= gpus_needed)
+    if fitting >= spec.nodes:
+        return []
+    partition = wanted or (rows_here[0]["name"].rstrip("*") if rows_here else "default")
+    what = f"{spec.nodes} nodes" + (f" with {gpus_needed} GPUs each" if gpus_needed else "")
+    return [Finding(Level.ERROR, "nodes", f"partition {partition!r} has {fitting} nodes that fit, the job asks "
+                    f"for {what}: it would pend forever", fix=f"ask for at most {fitting} nodes", value=spec.nodes)]
+
+
+CHECKS: tuple[Check, ...] = (check_accounting, check_requeue, check_partition, check_pyxis, check_image,
+                             check_log_directory, check_checkpoint_directory)
+
+
+def preflight(spec: JobSpec, slurm: Slurm, workdir: Path) -> list[Finding]:
+    """Run every check against the live cluster; all findings are reported together."""
+    config = slurm.config()
+    return [finding for check in CHECKS for finding in check(spec, slurm, config, workdir)]

@@ -1,0 +1,75 @@
+"""What clusterkit remembers of the jobs it submitted: `clusters/NAME/jobs/JOBID.json` (+ the script).
+
+Slurm forgets a job's log paths once it leaves the queue; these records keep them for
+`clusterkit logs` and `clusterkit jobs`, across requeues and after the job ended.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from clusterkit import registry
+from clusterkit.errors import NotFound
+
+
+@dataclass
+class JobRecord:
+    job_id: str
+    cluster: str
+    name: str
+    kind: str  # "spec" or "function"
+    submitted: str
+    stdout: str | None = None
+    stderr: str | None = None
+    script: str | None = None  # the exact sbatch script submitted (spec jobs)
+    spec_file: str | None = None
+
+
+def jobs_dir(cluster: str) -> Path:
+    return registry.cluster_dir(cluster) / "jobs"
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def save(record: JobRecord) -> Path:
+    directory = jobs_dir(record.cluster)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{record.job_id}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(record), indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load(cluster: str, job_id: str) -> JobRecord:
+    try:
+        return JobRecord(**json.loads((jobs_dir(cluster) / f"{job_id}.json").read_text()))
+    except FileNotFoundError:
+        raise NotFound(f"no job {job_id} submitted by clusterkit on cluster {cluster!r}",
+                       fix="see `clusterkit jobs`") from None
+
+
+def find(cluster: str, job_id: str) -> JobRecord | None:
+    try:
+        return load(cluster, job_id)
+    except NotFound:
+        return None
+
+
+def all_records(cluster: str) -> list[JobRecord]:
+    directory = jobs_dir(cluster)
+    if not directory.is_dir():
+        return []
+    records = [JobRecord(**json.loads(p.read_text())) for p in directory.glob("*.json")]
+    return sorted(records, key=lambda r: _sort_key(r.job_id))
+
+
+def _sort_key(job_id: str) -> tuple[int, int]:
+    base, _, task = job_id.partition("_")
+    return (int(base) if base.isdigit() else 0, int(task) if task.isdigit() else -1)

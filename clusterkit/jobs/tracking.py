@@ -1,0 +1,87 @@
+"""Job states that follow requeues, for many jobs at the cost of one squeue and one sacct call a poll.
+
+Why not sacct alone: after a node failure sacct shows the attempt that ended NODE_FAIL for a moment
+before the requeued record appears, and a watcher that trusts it reports failure while Slurm is
+running the job again. The controller's queue (squeue) is the truth while it lists a job (Slurm keeps
+finished jobs there for MinJobAge); accounting (sacct -D) is the fallback and the history.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from clusterkit.slurm import AccountingRecord, Slurm
+
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL",
+                          "DEADLINE", "NODE_FAIL", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"})
+
+
+def is_final(state: str) -> bool:
+    return state in FINAL_STATES
+
+
+@dataclass
+class _Snapshot:
+    taken: float
+    queue: dict[str, str]
+    accounting: dict[str, list[AccountingRecord]]
+
+
+class JobTracker:
+    """Caches one snapshot of the queue and accounting; every handle of a cluster shares it."""
+
+    def __init__(self, slurm: Slurm, min_interval: float = 0.5) -> None:
+        self.slurm = slurm
+        self.min_interval = min_interval
+        self.scheduler_calls = 0  # squeue + sacct invocations, for benchmarks
+        self._watched: set[str] = set()
+        self._snapshot: _Snapshot | None = None
+        self._lock = threading.Lock()
+
+    def watch(self, job_id: str) -> None:
+        with self._lock:
+            self._watched.add(job_id)
+            self._snapshot = None  # a new job: the next question needs fresh data
+
+    def _refresh(self) -> _Snapshot:
+        queue = self.slurm.queue()
+        self.scheduler_calls += 1
+        # Accounting only for jobs the queue no longer shows, plus attempts of requeued ones.
+        records = self.slurm.accounting(sorted(self._watched)) if self._watched else []
+        self.scheduler_calls += 1 if self._watched else 0
+        accounting: dict[str, list[AccountingRecord]] = {}
+        for record in records:
+            accounting.setdefault(record.job_id, []).append(record)
+        return _Snapshot(time.monotonic(), queue, accounting)
+
+    def snapshot(self, fresh: bool = False) -> _Snapshot:
+        with self._lock:
+            stale = self._snapshot is None or time.monotonic() - self._snapshot.taken >= self.min_interval
+            if fresh or stale:
+                self._snapshot = self._refresh()
+            return self._snapshot
+
+    def state(self, job_id: str, fresh: bool = False) -> str:
+        snapshot = self.snapshot(fresh)
+        if job_id in snapshot.queue:
+            return snapshot.queue[job_id]
+        attempts = snapshot.accounting.get(job_id)
+        if attempts:
+            return attempts[-1].base_state
+        return "UNKNOWN"
+
+    def attempts(self, job_id: str) -> list[AccountingRecord]:
+        return self.snapshot().accounting.get(job_id, [])
+
+
+_trackers: dict[str, JobTracker] = {}
+
+
+def tracker_for(slurm: Slurm) -> JobTracker:
+    """One tracker per cluster (per slurm.conf) in a process, so that polls are shared."""
+    key = str(slurm.slurm_conf)
+    if key not in _trackers:
+        _trackers[key] = JobTracker(slurm)
+    return _trackers[key]
