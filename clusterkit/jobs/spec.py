@@ -20,6 +20,7 @@ from typing import Any
 from clusterkit.catalog import INSTANCE_TYPES, InstanceType, find_instance_type
 from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Finding, Level
+from clusterkit.registry import CLUSTER_NAME_RE
 
 # Short names for the instance types people train on; the value is the EC2 instance type.
 INSTANCE_PRESETS: dict[str, str] = {
@@ -406,7 +407,7 @@ def _launcher(value: Any, path: str) -> Launcher:
         port=section.integer("port", minimum=1, default=DEFAULT_RDZV_PORT) or DEFAULT_RDZV_PORT,
         compile=section.boolean("compile", default=True),
         compile_args=() if compile_args is _MISSING else _strings(compile_args, f"{path}.compile_args"),
-        compile_cache=section.string("compile_cache") or DEFAULT_NEURON_CACHE_DIR,
+        compile_cache=_default(section.string("compile_cache"), DEFAULT_NEURON_CACHE_DIR),
     )
     section.reject_unknown()
     return launcher
@@ -443,7 +444,7 @@ def _logs(value: Any, path: str) -> Logs:
     if value is _MISSING:
         return Logs()
     section = _Section(value, path)
-    logs = Logs(output=section.string("output") or DEFAULT_OUTPUT, error=section.string("error"))
+    logs = Logs(output=_default(section.string("output"), DEFAULT_OUTPUT), error=section.string("error"))
     section.reject_unknown()
     return logs
 
@@ -486,7 +487,6 @@ SIGNAL_RE = re.compile(r"^(?:[RB]{1,2}:)?(?:SIG)?(?:[A-Z][A-Z0-9]*|\d+)(?:@\d+)?
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 PARTITION_RE = re.compile(r"^[A-Za-z0-9_.-]+(?:,[A-Za-z0-9_.-]+)*$")
 VERSION_RE = re.compile(r"^\d+(?:\.\d+)*")
-CLUSTER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -680,6 +680,10 @@ def _validate_sbatch(spec: JobSpec, error: Report) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
+
+
+def _default(value: str | None, default: str) -> str:
+    return default if value is None else value
 
 
 def _short_repr(value: object, limit: int = 80) -> str:
