@@ -36,7 +36,7 @@ def render_sbatch(spec: JobSpec) -> str:
 
 
 def sbatch_context(spec: JobSpec) -> dict[str, Any]:
-    """What the templates lay out, decided from the spec."""
+    """What the templates lay out, decided from the spec (plain data: printable as JSON for a dry run)."""
     facts = spec.instance_facts
     environment = job_environment(spec)
     per_node_launcher = spec.launcher.kind in ("torchrun", "neuron")
@@ -50,8 +50,7 @@ def sbatch_context(spec: JobSpec) -> dict[str, Any]:
         "library_dirs": list(environment.library_dirs) if runtime == "none" else [],
         "launcher": spec.launcher.kind,
         "port": spec.launcher.port,
-        "nproc_per_node": spec.processes,
-        "tasks_per_node": spec.processes,
+        "processes_per_node": spec.processes,
         "compile": spec.launcher.compile,
         "program": _program(spec),
         "compile_program": _program(spec) + list(spec.launcher.compile_args),

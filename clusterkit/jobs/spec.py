@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import Any
 from clusterkit.catalog import INSTANCE_TYPES, InstanceType, find_instance_type
 from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Finding, Level
+from clusterkit.registry import CLUSTER_NAME_RE
 
 # Short names for the instance types people train on; the value is the EC2 instance type.
 INSTANCE_PRESETS: dict[str, str] = {
@@ -406,7 +407,7 @@ def _launcher(value: Any, path: str) -> Launcher:
         port=section.integer("port", minimum=1, default=DEFAULT_RDZV_PORT) or DEFAULT_RDZV_PORT,
         compile=section.boolean("compile", default=True),
         compile_args=() if compile_args is _MISSING else _strings(compile_args, f"{path}.compile_args"),
-        compile_cache=section.string("compile_cache") or DEFAULT_NEURON_CACHE_DIR,
+        compile_cache=_default(section.string("compile_cache"), DEFAULT_NEURON_CACHE_DIR),
     )
     section.reject_unknown()
     return launcher
@@ -431,10 +432,6 @@ def _env(value: Any, path: str) -> dict[str, str]:
     return env
 
 
-# Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (and UNLIMITED).
-TIME_RE = re.compile(r"^(?:\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(?::\d{1,2}){0,2}|UNLIMITED|INFINITE)$")
-
-
 def _time(value: Any, path: str) -> str | None:
     if value is _MISSING:
         return None
@@ -447,7 +444,7 @@ def _logs(value: Any, path: str) -> Logs:
     if value is _MISSING:
         return Logs()
     section = _Section(value, path)
-    logs = Logs(output=section.string("output") or DEFAULT_OUTPUT, error=section.string("error"))
+    logs = Logs(output=_default(section.string("output"), DEFAULT_OUTPUT), error=section.string("error"))
     section.reject_unknown()
     return logs
 
@@ -483,13 +480,18 @@ def _sbatch(value: Any, path: str) -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------
 # Validation
 
+# Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (and UNLIMITED).
+TIME_RE = re.compile(r"^(?:\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(?::\d{1,2}){0,2}|UNLIMITED|INFINITE)$")
 TIME_HINT = "a Slurm time such as 90 (minutes), 04:00:00 or 2-00:00:00"
 SIGNAL_RE = re.compile(r"^(?:[RB]{1,2}:)?(?:SIG)?(?:[A-Z][A-Z0-9]*|\d+)(?:@\d+)?$")
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 PARTITION_RE = re.compile(r"^[A-Za-z0-9_.-]+(?:,[A-Za-z0-9_.-]+)*$")
 VERSION_RE = re.compile(r"^\d+(?:\.\d+)*")
-CLUSTER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+# Adds one finding: (path, message, fix, value).
+Report = Callable[..., None]
 
 
 def validate_job(spec: JobSpec) -> list[Finding]:
@@ -549,7 +551,7 @@ def validate_job(spec: JobSpec) -> list[Finding]:
     return findings
 
 
-def _validate_logs(spec: JobSpec, error: Any, warning: Any) -> None:
+def _validate_logs(spec: JobSpec, error: Report, warning: Report) -> None:
     for path, value in (("logs.output", spec.logs.output), ("logs.error", spec.logs.error)):
         if value is None:
             continue
@@ -560,7 +562,7 @@ def _validate_logs(spec: JobSpec, error: Any, warning: Any) -> None:
                     f"use a pattern such as {DEFAULT_OUTPUT}", value)
 
 
-def _validate_resources(spec: JobSpec, error: Any, warning: Any) -> None:
+def _validate_resources(spec: JobSpec, error: Report, warning: Report) -> None:
     facts = spec.instance_facts
     if spec.instance is not None and facts is None:
         error("instance", "is not in the instance catalog", "use a preset such as p4de or an instance type",
@@ -585,7 +587,7 @@ def _validate_resources(spec: JobSpec, error: Any, warning: Any) -> None:
                 "set exclusive: true")
 
 
-def _validate_container(spec: JobSpec, error: Any, warning: Any) -> None:
+def _validate_container(spec: JobSpec, error: Report, warning: Report) -> None:
     container = spec.container
     if container.runtime not in RUNTIMES:
         error("container.runtime", f"must be one of {', '.join(RUNTIMES)}", "pick a runtime", container.runtime)
@@ -624,7 +626,7 @@ def _validate_container(spec: JobSpec, error: Any, warning: Any) -> None:
                 error(path, "mount paths cannot contain ',', ':' or control characters", "rename the path", side)
 
 
-def _validate_launcher(spec: JobSpec, error: Any, warning: Any) -> None:
+def _validate_launcher(spec: JobSpec, error: Report, warning: Report) -> None:
     launcher = spec.launcher
     facts = spec.instance_facts
     if launcher.kind not in LAUNCHERS:
@@ -647,7 +649,7 @@ def _validate_launcher(spec: JobSpec, error: Any, warning: Any) -> None:
                 "use container.runtime pyxis for MPI jobs")
 
 
-def _validate_env(spec: JobSpec, error: Any, warning: Any) -> None:
+def _validate_env(spec: JobSpec, error: Report, warning: Report) -> None:
     for name, value in spec.env.items():
         path = f"env.{name}"
         if not ENV_NAME_RE.match(name):
@@ -663,7 +665,7 @@ def _validate_env(spec: JobSpec, error: Any, warning: Any) -> None:
             error(f"stack.{key}", "is not a version number", "write e.g. 1.13.2", version)
 
 
-def _validate_sbatch(spec: JobSpec, error: Any) -> None:
+def _validate_sbatch(spec: JobSpec, error: Report) -> None:
     for index, directive in enumerate(spec.sbatch):
         path = f"sbatch[{index}]"
         option = directive.split("=", 1)[0]
@@ -678,6 +680,10 @@ def _validate_sbatch(spec: JobSpec, error: Any) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
+
+
+def _default(value: str | None, default: str) -> str:
+    return default if value is None else value
 
 
 def _short_repr(value: object, limit: int = 80) -> str:

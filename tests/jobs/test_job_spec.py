@@ -149,6 +149,7 @@ def test_not_a_mapping_and_bad_yaml(tmp_path: Path) -> None:
     ({"container": {"runtime": "pyxis", "image": "x:1"}, "workdir": "rel"}, "workdir", Level.ERROR),
     ({"container": {"mounts": ["/fsx"]}}, "container", Level.WARNING),
     ({"logs": {"output": "logs/train.out"}}, "logs.output", Level.WARNING),
+    ({"logs": {"output": ""}}, "logs.output", Level.ERROR),
     ({"env": {"RDMAV_FORK_SAFE": "1"}}, "env.RDMAV_FORK_SAFE", Level.WARNING),
     ({"checkpoint_dir": "ckpt"}, "checkpoint_dir", Level.WARNING),
     ({"max_restarts": 3, "requeue": False}, "max_restarts", Level.WARNING),
