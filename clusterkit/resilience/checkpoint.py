@@ -68,7 +68,7 @@ healthy storage "size" is usually enough for multi-hundred-GB checkpoints.
 
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _PENDING_DIR = re.compile(r"^\.pending-step-(\d{8,})-")
-_DONE_MARKER = re.compile(r"^rank-(\d{5,})\.done\.json$")
+_DISCARDED = ".discarded-"
 _NOT_CHECKPOINT_FILES = re.compile(r"^(manifest\.json|rank-\d{5,}\.done\.json)$|\.tmp$")
 
 
@@ -395,7 +395,7 @@ class CheckpointManager:
         _fsync_dir(directory)
         final = self.root / _step_dir_name(step)
         if final.exists():  # saving a step again (a resumed run): the new one replaces it
-            os.rename(final, self.root / f".replaced-{final.name}-{secrets.token_hex(4)}")
+            _discard(final)
         os.rename(directory, final)
         _fsync_dir(self.root)
         try:
@@ -415,10 +415,10 @@ class CheckpointManager:
             elif valid_kept < self.keep and verify_checkpoint(path, "size")[0] is not None:
                 valid_kept += 1
             else:
-                shutil.rmtree(path, ignore_errors=True)
+                _discard(path)
         for entry in self.root.iterdir():
             pending = _PENDING_DIR.match(entry.name)
-            if (pending and int(pending.group(1)) <= committed_step) or entry.name.startswith(".replaced-"):
+            if (pending and int(pending.group(1)) <= committed_step) or entry.name.startswith(_DISCARDED):
                 shutil.rmtree(entry, ignore_errors=True)
 
     # ----- helpers ------------------------------------------------------------------------------
@@ -570,9 +570,16 @@ class _HashingFile:
         self._small = bytearray()
         self._digest = _PieceDigest()
         self.size = 0
+        self.error: OSError | None = None  # torch.save replaces it with a vaguer error on exit
 
     def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
+        try:
+            return self._write(memoryview(data).cast("B"))
+        except OSError as exc:
+            self.error = self.error or exc
+            raise
+
+    def _write(self, view: memoryview) -> int:
         if len(view) < SMALL_WRITE_BYTES:
             self._small += view
             if len(self._small) >= SMALL_WRITE_BYTES:
@@ -625,6 +632,10 @@ def _write_torch_file(state: Any, path: Path) -> tuple[int, str]:
             torch.serialization.set_crc32_options(False)
             try:
                 torch.save(state, sink)
+            except Exception:
+                if sink.error is not None:
+                    raise sink.error from None
+                raise
             finally:
                 torch.serialization.set_crc32_options(crc32_before)
             return sink.finish()
@@ -682,6 +693,14 @@ def _replace_durably(path: Path, data: bytes) -> None:
     finally:
         temporary.unlink(missing_ok=True)
     _fsync_dir(path.parent)
+
+
+def _discard(checkpoint_dir: Path) -> None:
+    """Take a checkpoint out of sight atomically, then delete it: a crash halfway through a
+    deletion must not leave a half-deleted directory under a committed name."""
+    hidden = checkpoint_dir.with_name(f"{_DISCARDED}{checkpoint_dir.name}-{secrets.token_hex(4)}")
+    os.rename(checkpoint_dir, hidden)
+    shutil.rmtree(hidden, ignore_errors=True)
 
 
 def _fsync_dir(path: Path) -> None:
