@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import torch
+
 WORKTREE = Path(__file__).resolve().parents[2]
 CHECKPOINT_WORKER = Path(__file__).with_name("checkpoint_worker.py")
 
@@ -17,9 +20,6 @@ def state_for(step: int, floats: int = 50_000):
     Built through numpy so that no torch parallel kernel runs (forked children must not touch
     the parent's OpenMP pool).
     """
-    import numpy as np
-    import torch
-
     return {
         "model": {
             "weight": torch.from_numpy(np.full(floats, step, dtype=np.float32)),
@@ -31,8 +31,6 @@ def state_for(step: int, floats: int = 50_000):
 
 
 def assert_state_is(state, step: int) -> None:
-    import torch
-
     assert state["step"] == step
     weight = state["model"]["weight"]
     assert torch.equal(weight, torch.full_like(weight, step))

@@ -203,6 +203,7 @@ def test_full_disk_leaves_earlier_checkpoints_intact(tiny_filesystem: Path) -> N
     assert torch.equal(manager.load(found)["w"], torch.ones(100_000))
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_dcp_save_and_load_single_process(tmp_path: Path) -> None:
     manager = CheckpointManager(tmp_path, keep=2)
     state = {"weight": torch.arange(12.0).reshape(3, 4), "nested": {"bias": torch.ones(4)}}
