@@ -1,0 +1,79 @@
+"""One rank of a sharded-save scenario, run as a subprocess by test_checkpoint_sharded.py.
+
+usage: checkpoint_worker.py MODE ROOT RANK WORLD_SIZE RENDEZVOUS_FILE
+MODE: gloo | gloo-crash | files | files-crash. "-crash": rank 1 dies halfway through its shard.
+Prints one JSON line with what this rank saw; prints COMMIT each time this rank commits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from clusterkit.errors import ClusterkitError
+from clusterkit.resilience import checkpoint as checkpoint_module
+from clusterkit.resilience.checkpoint import CheckpointManager, verify_checkpoint
+
+
+def announce_commits() -> None:
+    commit = CheckpointManager._commit
+
+    def announced(self, *args, **kwargs):
+        print("COMMIT", flush=True)
+        return commit(self, *args, **kwargs)
+
+    CheckpointManager._commit = announced
+
+
+def die_halfway_through_the_shard() -> None:
+    write_window = checkpoint_module._HashingFile._write_window
+
+    def dying(self, view):
+        if self.size > 0:
+            os._exit(17)
+        write_window(self, view)
+
+    checkpoint_module._HashingFile._write_window = dying
+
+
+def main() -> None:
+    mode, root, rank, world_size, rendezvous = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    announce_commits()
+    if mode.endswith("-crash") and rank == 1:
+        die_halfway_through_the_shard()
+    if mode.startswith("gloo"):
+        dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size)
+        manager = CheckpointManager(root)
+    else:
+        timeout_s = 3 if mode.endswith("-crash") else 60
+        manager = CheckpointManager(root, rank=rank, world_size=world_size, commit_timeout_s=timeout_s)
+
+    shard = {"rank": rank, "w": torch.full((3_000_000,), float(rank))}  # 12 MB: several writes
+    report: dict[str, object] = {"rank": rank}
+    try:
+        committed = manager.save(7, shard)
+        report["returned"] = committed.step if committed else None
+    except ClusterkitError as exc:
+        report["error"] = str(exc)
+    except RuntimeError as exc:  # gloo noticing a dead peer
+        report["error"] = f"RuntimeError: {exc}"
+
+    if mode == "gloo":
+        state = {"w": torch.arange(10.0) + 1, "b": torch.ones(3)}
+        report["dcp_returned"] = manager.save_dcp(8, state).step
+        target = {"w": torch.zeros(10), "b": torch.zeros(3)}
+        report["dcp_latest"] = manager.load_dcp(target).step
+        report["dcp_loaded"] = bool(torch.equal(target["w"], state["w"]) and torch.equal(target["b"], state["b"]))
+        sharded, _ = verify_checkpoint(root / "step-00000007")
+        report["own_shard"] = manager.load(sharded)["rank"]
+        dist.destroy_process_group()
+    print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()

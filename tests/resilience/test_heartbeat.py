@@ -1,0 +1,44 @@
+"""heartbeat() writes a rate-limited per-rank beacon; read_heartbeats() collects them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from clusterkit.resilience.heartbeat import heartbeat, read_heartbeats
+
+
+def test_no_op_without_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLUSTERKIT_HEARTBEAT_DIR", raising=False)
+    assert heartbeat(1) is False
+
+
+def test_written_per_rank_and_readable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLUSTERKIT_HEARTBEAT_DIR", str(tmp_path / "hb"))
+    before = time.time()
+    for rank, step in ((0, 10), (3, 12)):
+        monkeypatch.setenv("RANK", str(rank))
+        assert heartbeat(step) is True
+    (tmp_path / "hb" / "rank-00007.hb").write_text("garbage")  # a torn or foreign file is ignored
+
+    beats = read_heartbeats(tmp_path / "hb")
+    assert sorted(beats) == [0, 3]
+    assert beats[3][0] == 12
+    assert before - 1 <= beats[0][1] <= time.time() + 1
+    assert [p.name for p in (tmp_path / "hb").iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_rate_limited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLUSTERKIT_HEARTBEAT_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "1")
+    assert heartbeat(1, min_interval_s=60) is True
+    assert heartbeat(2, min_interval_s=60) is False
+    assert read_heartbeats(tmp_path)[1][0] == 1
+    assert heartbeat(3, min_interval_s=0) is True
+    assert read_heartbeats(tmp_path)[1][0] == 3
+
+
+def test_reading_a_missing_directory(tmp_path: Path) -> None:
+    assert read_heartbeats(tmp_path / "absent") == {}
