@@ -64,7 +64,7 @@ def test_crashed_node_goes_down_and_its_requeueable_job_completes_elsewhere(loca
         if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then srun sleep 300; fi
         """)
     job_id = local_cluster.slurm.sbatch(script)
-    wait_for(lambda: local_cluster.slurm.queue([job_id]).get(job_id) == "RUNNING", 30, "the job to start")
+    wait_for(lambda: local_cluster.slurm.queue().get(job_id) == "RUNNING", 30, "the job to start")
     wait_for(lambda: out.exists() and "attempt 0" in out.read_text(), 30, "the first attempt's log")
     first_node = out.read_text().split()[-1]
 
