@@ -23,6 +23,19 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     start.add_argument("node", help="node name, e.g. n2")
     start.set_defaults(handler=start_node)
 
+    fail = verbs.add_parser("fail-health", parents=[common],
+                            help="make a node's health check fail (the node stays up): a sick node")
+    fail.add_argument("name", help="cluster name")
+    fail.add_argument("node", help="node name, e.g. n2")
+    fail.add_argument("--reason", default="injected by clusterkit local fail-health")
+    fail.set_defaults(handler=fail_health)
+
+    heal = verbs.add_parser("heal", parents=[common],
+                            help="remove an injected fault and return a drained node to service")
+    heal.add_argument("name", help="cluster name")
+    heal.add_argument("node", help="node name, e.g. n2")
+    heal.set_defaults(handler=heal_node)
+
     env = verbs.add_parser("env", parents=[common],
                            help="print the shell exports for plain Slurm commands: eval \"$(clusterkit local env NAME)\"")
     env.add_argument("name", help="cluster name")
@@ -51,6 +64,24 @@ def start_node(args: argparse.Namespace) -> int:
         print_json({"cluster": args.name, "node": args.node, "started": True})
     else:
         print(f"node {args.node} is back")
+    return 0
+
+
+def fail_health(args: argparse.Namespace) -> int:
+    _cluster(args.name).fail_health(args.node, args.reason)
+    if args.output == "json":
+        print_json({"cluster": args.name, "node": args.node, "fault": args.reason})
+    else:
+        print(f"node {args.node}'s health check now fails: {args.reason}")
+    return 0
+
+
+def heal_node(args: argparse.Namespace) -> int:
+    _cluster(args.name).heal(args.node)
+    if args.output == "json":
+        print_json({"cluster": args.name, "node": args.node, "healed": True})
+    else:
+        print(f"node {args.node} is healthy and in service")
     return 0
 
 

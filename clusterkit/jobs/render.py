@@ -61,7 +61,16 @@ def sbatch_context(spec: JobSpec) -> dict[str, Any]:
         "gpu": facts is not None and facts.accelerator == "gpu",
         "devices": _docker_devices(spec),
         "docker_env_names": sorted(set(environment.variables) | set(DOCKER_SLURM_VARIABLES)),
+        "supervisor": _supervisor_command(spec),
     }
+
+
+def _supervisor_command(spec: JobSpec) -> list[str]:
+    if spec.supervise is None:
+        return []
+    supervision = spec.supervise
+    return [supervision.python, "-m", "clusterkit.resilience.supervisor",
+            f"--hang-timeout={supervision.hang_timeout}", f"--app-retries={supervision.app_retries}", "--"]
 
 
 def _directives(spec: JobSpec, tasks_per_node: int) -> list[tuple[str, str | None]]:
@@ -78,7 +87,10 @@ def _directives(spec: JobSpec, tasks_per_node: int) -> list[tuple[str, str | Non
         directives.append(("time", spec.time))
     directives.append(("requeue", None) if spec.requeue else ("no-requeue", None))
     if spec.signal:
-        directives.append(("signal", spec.signal))
+        # A supervised job's warning goes to the supervisor (the batch shell's process), which has
+        # the step save a checkpoint and requeues the job.
+        supervised_signal = spec.supervise and not spec.signal.startswith(("B:", "R:", "RB:", "BR:"))
+        directives.append(("signal", f"B:{spec.signal}" if supervised_signal else spec.signal))
     directives.append(("output", spec.logs.output))
     if spec.logs.error:
         directives.append(("error", spec.logs.error))

@@ -125,6 +125,15 @@ class StackVersions:
 
 
 @dataclass(frozen=True)
+class Supervision:
+    """Run the step under clusterkit's supervisor (clusterkit.resilience.supervisor) in the job."""
+
+    hang_timeout: int = 0  # seconds without heartbeat progress that count as a hang; 0: off
+    app_retries: int = 1  # step retries when every node is healthy but the step fails
+    python: str = "python3"  # an interpreter with clusterkit, on the nodes (bare, not in the container)
+
+
+@dataclass(frozen=True)
 class JobSpec:
     name: str
     command: Command
@@ -147,6 +156,7 @@ class JobSpec:
     run_id: str | None = None
     max_restarts: int | None = None
     stack: StackVersions = field(default_factory=StackVersions)
+    supervise: Supervision | None = None
     sbatch: tuple[str, ...] = ()  # extra directives, e.g. "--account=ml"
 
     @property
@@ -218,6 +228,7 @@ def job_from_dict(data: Any) -> JobSpec:
         run_id=top.string("run_id"),
         max_restarts=top.integer("max_restarts", minimum=0),
         stack=_stack(top.take("stack"), "stack"),
+        supervise=_supervise(top.take("supervise"), "supervise"),
         sbatch=_sbatch(top.take("sbatch"), "sbatch"),
     )
     top.reject_unknown()
@@ -411,6 +422,22 @@ def _launcher(value: Any, path: str) -> Launcher:
     )
     section.reject_unknown()
     return launcher
+
+
+def _supervise(value: Any, path: str) -> Supervision | None:
+    """`supervise: true`, or a mapping of the supervisor's settings."""
+    if value is _MISSING or value is False:
+        return None
+    if value is True:
+        return Supervision()
+    section = _Section(value, path)
+    supervision = Supervision(
+        hang_timeout=section.integer("hang_timeout", minimum=0, default=0) or 0,
+        app_retries=section.integer("app_retries", minimum=0, default=1) or 0,
+        python=_default(section.string("python"), "python3"),
+    )
+    section.reject_unknown()
+    return supervision
 
 
 def _env(value: Any, path: str) -> dict[str, str]:

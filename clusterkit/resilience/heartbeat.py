@@ -1,6 +1,6 @@
 """Progress beacons from the training loop, read by a supervisor to spot hung ranks.
 
-Each rank owns one small file `rank-00003.hb` holding "STEP UNIX_TIME". Writes go to a temporary
+Each rank owns one small file `rank-00003.hb` holding "STEP UNIX_TIME NODE". Writes go to a temporary
 file that replaces the old one, so a reader never sees a torn line; there is no fsync, because a
 heartbeat only has to be visible to other processes, not survive a power cut.
 """
@@ -8,13 +8,21 @@ heartbeat only has to be visible to other processes, not survive a power cut.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 HEARTBEAT_DIR_ENV = "CLUSTERKIT_HEARTBEAT_DIR"
 DEFAULT_MIN_INTERVAL_S = 5.0
 
 _last_write: dict[Path, float] = {}
+
+
+class Beat(NamedTuple):
+    step: int
+    time: float
+    node: str  # where the rank runs: the evidence when it stops beating
 
 
 def heartbeat(step: int, *, min_interval_s: float = DEFAULT_MIN_INTERVAL_S) -> bool:
@@ -33,20 +41,21 @@ def heartbeat(step: int, *, min_interval_s: float = DEFAULT_MIN_INTERVAL_S) -> b
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(f"{step} {now:.3f}\n")
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    temporary.write_text(f"{step} {now:.3f} {node}\n")
     os.replace(temporary, path)
     _last_write[path] = now
     return True
 
 
-def read_heartbeats(directory: str | os.PathLike[str]) -> dict[int, tuple[int, float]]:
-    """Map each rank with a heartbeat file under `directory` to its (step, unix time)."""
-    beats: dict[int, tuple[int, float]] = {}
+def read_heartbeats(directory: str | os.PathLike[str]) -> dict[int, Beat]:
+    """Map each rank with a heartbeat file under `directory` to its (step, unix time, node)."""
+    beats: dict[int, Beat] = {}
     for path in Path(directory).glob("rank-*.hb"):
         try:
             rank = int(path.stem.removeprefix("rank-"))
-            step_text, time_text = path.read_text().split()
-            beats[rank] = (int(step_text), float(time_text))
+            step_text, time_text, node = path.read_text().split()
+            beats[rank] = Beat(int(step_text), float(time_text), node)
         except (OSError, ValueError):
             continue  # vanished or not ours; a supervisor treats it as no heartbeat
     return beats

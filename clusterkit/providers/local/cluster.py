@@ -31,6 +31,7 @@ from clusterkit.providers.local.config import (
     render_slurm_conf,
     render_slurmdbd_conf,
 )
+from clusterkit.resilience.health import FAULTS_DIR_ENV
 from clusterkit.slurm import Slurm
 
 PROVIDER = "local"
@@ -106,9 +107,12 @@ class LocalCluster:
         )
         self.layout = LocalLayout(record.directory)
         # Jobs on a local cluster run with the Python that drives it (its venv's python, torchrun).
+        # Health checks in its jobs look for injected faults here.
         python_bin = os.path.dirname(sys.executable)
-        self.slurm = Slurm(self.layout.slurm_conf,
-                           extra_env={"PATH": f"{python_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"})
+        self.slurm = Slurm(self.layout.slurm_conf, extra_env={
+            "PATH": f"{python_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            FAULTS_DIR_ENV: str(self.layout.faults),
+        })
 
     # ----- lookup -------------------------------------------------------------------------------
     @classmethod
@@ -350,6 +354,20 @@ class LocalCluster:
         self._start_slurmd(node)
         if wait:
             self._wait_for_nodes_up([node])
+
+    def fail_health(self, node: str, reason: str = "injected by clusterkit local fail-health") -> None:
+        """Make the node's health check fail (its slurmd keeps running): a sick node, not a dead one."""
+        self._check_node(node)
+        self.layout.faults.mkdir(exist_ok=True)
+        (self.layout.faults / node).write_text(reason + "\n")
+
+    def heal(self, node: str) -> None:
+        """Remove an injected fault and return a drained node to service."""
+        self._check_node(node)
+        (self.layout.faults / node).unlink(missing_ok=True)
+        info = {n.name: n for n in self.slurm.nodes()}.get(node)
+        if info is not None and info.base_state in ("drain", "drng", "down"):
+            self.slurm.update_node(node, "RESUME")
 
     # ----- delete -------------------------------------------------------------------------------
     def delete(self) -> None:

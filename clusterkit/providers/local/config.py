@@ -76,6 +76,11 @@ class LocalLayout:
         return self.root / "log"
 
     @property
+    def faults(self) -> Path:
+        """Injected health-check faults, one file per node (`clusterkit local fail-health`)."""
+        return self.root / "faults"
+
+    @property
     def gpu_devices(self) -> Path:
         return self.root / "dev"
 

@@ -1,0 +1,136 @@
+"""A tiny deterministic distributed training that survives node failures (torchrun, gloo).
+
+Every step's data is a function of (step, rank), so a run that resumes from a checkpoint ends with
+bit-identical weights to one that never stopped; the SHA-256 of the final weights is written to
+`$CLUSTERKIT_CHECKPOINT_DIR/final_weights.sha256` to prove it. Rank 0 saves a checkpoint every
+CHECKPOINT_EVERY steps with clusterkit's CheckpointManager; every rank resumes from `latest()` and
+beats a heartbeat each step (the supervisor's hang detection). SIGTERM (time limit, preemption):
+save now and stop; the supervisor requeues.
+
+Settings (environment): TRAIN_STEPS (60), CHECKPOINT_EVERY (10), STEP_SECONDS (0.2, a stand-in for
+real work), EXAMPLE_FAULT (for tests: `always` fails on every attempt, `crash-once` kills rank 1's
+process once, `hang-once` stops rank 1 once without exiting).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from clusterkit.resilience import CheckpointManager, heartbeat
+
+STEPS = int(os.environ.get("TRAIN_STEPS", "60"))
+CHECKPOINT_EVERY = int(os.environ.get("CHECKPOINT_EVERY", "10"))
+STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
+FAULT = os.environ.get("EXAMPLE_FAULT", "")
+FAULT_STEP = 15
+
+stop_requested = False
+
+
+def on_sigterm(signum: int, frame: object) -> None:
+    global stop_requested
+    stop_requested = True
+
+
+def make_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+
+
+def batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(step * 1000 + rank)
+    inputs = torch.randn(64, 16, generator=generator)
+    targets = inputs[:, :4] * 2.0 - inputs[:, 4:8]
+    return inputs, targets
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def inject_fault(step: int, rank: int, run_dir: Path) -> None:
+    """Test faults: each `*-once` fault fires in one attempt only (a marker file remembers it)."""
+    if step != FAULT_STEP or rank != 1 or not FAULT:
+        return
+    if FAULT == "always":
+        raise RuntimeError("injected application error (EXAMPLE_FAULT=always)")
+    marker = run_dir / f".fault-{FAULT}"
+    if marker.exists():
+        return
+    marker.write_text("fired\n")
+    if FAULT == "crash-once":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if FAULT == "hang-once":
+        while True:  # no heartbeat, no collective: the other ranks block in all_reduce
+            time.sleep(1)
+
+
+def main() -> int:
+    signal.signal(signal.SIGTERM, on_sigterm)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    run_dir = Path(os.environ.get("CLUSTERKIT_CHECKPOINT_DIR", "checkpoints"))
+    # Every rank holds the same replica; rank 0 alone writes it, as one shard (world_size=1).
+    manager = CheckpointManager(run_dir, keep=3, rank=0, world_size=1)
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    start = 0
+    latest = manager.latest()
+    if latest is not None:
+        state = manager.load(latest)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start = state["step"]
+    if rank == 0:
+        print(f"training: world {world}, {'resuming from step ' + str(start) if start else 'starting'}", flush=True)
+
+    step = start
+    while step < STEPS:
+        inject_fault(step, rank, run_dir)
+        inputs, targets = batch(step, rank)
+        loss = torch.nn.functional.mse_loss(model(inputs), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        for parameter in model.parameters():
+            dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
+            parameter.grad /= world
+        optimizer.step()
+        step += 1
+        heartbeat(step, min_interval_s=0.0)
+        time.sleep(STEP_SECONDS)
+        stopping = torch.tensor([1 if stop_requested else 0])
+        dist.all_reduce(stopping, op=dist.ReduceOp.MAX)  # all ranks agree to stop at the same step
+        if step % CHECKPOINT_EVERY == 0 or stopping.item():
+            if rank == 0:
+                manager.save(step, {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step})
+                print(f"checkpoint at step {step} (loss {loss.item():.5f})", flush=True)
+            dist.barrier()
+        if stopping.item():
+            if rank == 0:
+                print(f"stopping at step {step} on request; checkpoint saved", flush=True)
+            dist.destroy_process_group()
+            return 0
+
+    if rank == 0:
+        digest = weights_digest(model)
+        (run_dir / "final_weights.sha256").write_text(digest + "\n")
+        print(f"done: {STEPS} steps, final weights sha256 {digest}", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
