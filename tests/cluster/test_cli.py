@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cluster_spec_helpers import SUBNET, base_data, set_field
+from tests.cluster.cluster_spec_helpers import SUBNET, base_data, set_field
 
 from clusterkit.cli import common_options
 from clusterkit.cli.cluster_config import add_spec_arguments, register, run_aws_create

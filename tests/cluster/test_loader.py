@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from cluster_spec_helpers import base_data, set_field
+from tests.cluster.cluster_spec_helpers import base_data, set_field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -7,7 +7,7 @@ import dataclasses
 import itertools
 
 import pytest
-from cluster_spec_helpers import RESERVATION, SUBNET
+from tests.cluster.cluster_spec_helpers import RESERVATION, SUBNET
 
 from clusterkit.cluster import load_spec_data, preset, preset_names, render_config, validate
 from clusterkit.findings import Level

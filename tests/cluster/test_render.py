@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cluster_spec_helpers import RESERVATION, base_data, with_fields
+from tests.cluster.cluster_spec_helpers import RESERVATION, base_data, with_fields
 
 from clusterkit.cluster import load_spec_data, preset, preset_names, render, render_config
 

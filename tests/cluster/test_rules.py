@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from cluster_spec_helpers import RESERVATION, SUBNET, base_data, findings_of, with_fields
+from tests.cluster.cluster_spec_helpers import RESERVATION, SUBNET, base_data, findings_of, with_fields
 
 from clusterkit.findings import Level, has_errors
 

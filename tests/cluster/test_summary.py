@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from cluster_spec_helpers import base_data, with_fields
+from tests.cluster.cluster_spec_helpers import base_data, with_fields
 
 from clusterkit import catalog
 from clusterkit.cluster import load_spec_data, preset, summarize

@@ -8,7 +8,7 @@ from clusterkit.catalog import INSTANCE_TYPES, instance_type
 from clusterkit.jobs.environment import (OFI_NCCL_LIBRARY_DIR, instance_environment, job_environment,
                                          parse_version)
 
-from conftest import make_spec
+from tests.jobs.helpers import make_spec
 
 CURRENT_EFA = {"FI_PROVIDER": "efa", "FI_EFA_USE_HUGE_PAGE": "0", "NCCL_DEBUG": "INFO",
                "NCCL_SOCKET_IFNAME": "^docker,lo,veth"}

@@ -10,7 +10,7 @@ from clusterkit.errors import ClusterkitError
 from clusterkit.jobs.render import render_sbatch
 from clusterkit.jobs.spec import LAUNCHERS, RUNTIMES
 
-from conftest import FakeSlurm, make_spec
+from tests.jobs.helpers import FakeSlurm, make_spec
 
 LAUNCHER_PROGRAM = {"torchrun": "torchrun", "neuron": "torchrun", "mpi": "python", "srun": "python"}
 CONTAINER_PROGRAM = {"docker": "docker", "apptainer": "apptainer"}

@@ -14,7 +14,7 @@ from clusterkit.errors import ClusterkitError
 from clusterkit.jobs.render import render_sbatch
 from clusterkit.jobs.spec import Command, job_from_dict, load_job
 
-from conftest import REPO_ROOT, make_spec
+from tests.jobs.helpers import REPO_ROOT, make_spec
 
 HERE = Path(__file__).resolve().parent
 GOLDEN_DIR = HERE / "golden"

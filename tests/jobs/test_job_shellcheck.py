@@ -13,7 +13,7 @@ import pytest
 from clusterkit.jobs.render import render_sbatch
 from clusterkit.jobs.spec import LAUNCHERS, RUNTIMES
 
-from conftest import make_spec
+from tests.jobs.helpers import make_spec
 
 # SC2016 ("expressions don't expand in single quotes"): a user's value containing `$` is
 # single-quoted precisely so that it stays literal.

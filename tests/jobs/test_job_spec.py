@@ -14,7 +14,7 @@ from clusterkit.jobs.render import render_sbatch
 from clusterkit.jobs.spec import (JobSpec, JobSpecError, Mount, job_from_dict, job_from_yaml, load_job,
                                   validate_job)
 
-from conftest import REPO_ROOT, make_spec
+from tests.jobs.helpers import REPO_ROOT, make_spec
 
 EXAMPLES = sorted((REPO_ROOT / "examples" / "jobs").glob("*.yaml"))
 

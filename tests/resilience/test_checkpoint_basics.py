@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from resilience_helpers import assert_state_is, state_for
+from tests.resilience.resilience_helpers import assert_state_is, state_for
 
 from clusterkit.errors import ClusterkitError, NotFound
 from clusterkit.resilience import checkpoint as checkpoint_module

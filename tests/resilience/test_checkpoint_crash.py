@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from resilience_helpers import assert_state_is, state_for
+from tests.resilience.resilience_helpers import assert_state_is, state_for
 
 from clusterkit.resilience.checkpoint import CheckpointManager, verify_checkpoint
 

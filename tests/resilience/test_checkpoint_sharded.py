@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from resilience_helpers import run_workers
+from tests.resilience.resilience_helpers import run_workers
 
 from clusterkit.resilience.checkpoint import CheckpointManager, verify_checkpoint
 
