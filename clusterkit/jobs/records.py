@@ -27,6 +27,9 @@ class JobRecord:
     stderr: str | None = None
     script: str | None = None  # the exact sbatch script submitted (spec jobs)
     spec_file: str | None = None
+    workdir: str | None = None
+    run_state_dir: str | None = None  # the supervisor's decisions and budget (supervised jobs)
+    resubmitted_from: str | None = None  # the job this one replaces (clusterkit watch --resubmit)
 
 
 def jobs_dir(cluster: str) -> Path:

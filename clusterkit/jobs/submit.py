@@ -46,16 +46,24 @@ def submit_job(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path
             raise PreflightFailed(findings)
     for _, directory in checks.log_directories(spec, workdir):
         directory.mkdir(parents=True, exist_ok=True)
-    job_id = slurm.sbatch(script, f"--chdir={workdir}")
-    details = slurm.job_details(job_id)
-    stdout = details.get("StdOut") or None
-    stderr = details.get("StdErr") or stdout
-    record = records.JobRecord(job_id=job_id, cluster=name, name=spec.name, kind="spec",
-                               submitted=records.now(), stdout=stdout, stderr=stderr, spec_file=spec_file)
-    script_path = records.jobs_dir(name) / f"{job_id}.sbatch"
-    record.script = str(script_path)
-    records.jobs_dir(name).mkdir(parents=True, exist_ok=True)
+    state_dir = str(workdir / spec.checkpoint_dir / ".clusterkit") if spec.supervise and spec.checkpoint_dir else None
+    record = records.JobRecord(job_id="", cluster=name, name=spec.name, kind="spec", submitted="",
+                               spec_file=spec_file, workdir=str(workdir), run_state_dir=state_dir)
+    return submit_script(record, script)
+
+
+def submit_script(record: records.JobRecord, script: str, *extra_sbatch_args: str) -> JobHandle:
+    """sbatch `script` in `record.workdir`; fill in and save the record (id, logs, the script)."""
+    slurm = open_cluster(record.cluster).slurm
+    record.job_id = slurm.sbatch(script, f"--chdir={record.workdir}", *extra_sbatch_args)
+    record.submitted = records.now()
+    details = slurm.job_details(record.job_id)
+    record.stdout = details.get("StdOut") or None
+    record.stderr = details.get("StdErr") or record.stdout
+    script_path = records.jobs_dir(record.cluster) / f"{record.job_id}.sbatch"
+    records.jobs_dir(record.cluster).mkdir(parents=True, exist_ok=True)
     script_path.write_text(script)
+    record.script = str(script_path)
     records.save(record)
     return handle_from_record(record)
 
