@@ -21,13 +21,13 @@ from clusterkit.stack.versions import version_tuple
 ACCELERATORS = ("auto", "gpu", "neuron")
 
 # Where the EFA installer (/opt/amazon/ofi-nccl) and a source build (/opt/aws-ofi-nccl) put the plugin.
-OFI_NCCL_DIRS = ("/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", "/opt/amazon/ofi-nccl/lib64",
-                 "/opt/aws-ofi-nccl/lib")
+OFI_NCCL_DIRS = ("/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu",
+                 "/opt/amazon/ofi-nccl/lib64", "/opt/aws-ofi-nccl/lib")
 LIBRARY_DIRS = ("/opt/nccl/build/lib", "/usr/local/nccl/lib", "/usr/local/cuda/lib64", "/usr/local/cuda/lib",
                 "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/lib")
 # pip wheels (torch's nvidia-* dependencies) carry NCCL and cuDNN in site-packages.
-WHEEL_LIBRARY_GLOBS = ("/usr/local/lib/python3*/dist-packages/nvidia/*/lib",
-                       "/usr/lib/python3*/site-packages/nvidia/*/lib", "/opt/conda/lib/python3*/site-packages/nvidia/*/lib")
+WHEEL_LIBRARY_GLOBS = ("/usr/local/lib/python3*/dist-packages/nvidia/*/lib", "/usr/lib/python3*/site-packages/nvidia/*/lib",
+                       "/opt/conda/lib/python3*/site-packages/nvidia/*/lib")
 EFA_LIBFABRIC_GLOBS = ("/opt/amazon/efa/lib/libfabric.so*", "/opt/amazon/efa/lib64/libfabric.so*")
 NEURON_LIBRARY_DIR = "/opt/aws/neuron/lib"
 CONTAINER_MARKERS = ("/.dockerenv", "/run/.containerenv", "/.singularity.d/runscript")
@@ -357,7 +357,8 @@ def check_libfabric_efa(probe: Probe, node: Node) -> CheckResult:
         return CheckResult(name, layer, Status.FAIL, "neither fi_info nor the AWS libfabric (/opt/amazon/efa) found",
                            "install the EFA installer in the image with --skip-kmod --skip-limit-conf "
                            "(`clusterkit container dockerfile`)")
-    domains = [entry.get("domain", "?") for entry in parse_fi_info(output) if entry.get("provider", "").startswith("efa")]
+    domains = [entry.get("domain", "?") for entry in parse_fi_info(output)
+               if entry.get("provider", "").startswith("efa")]
     if domains:
         return CheckResult(name, layer, Status.PASS, f"efa provider on {len(domains)} domain(s): {', '.join(domains)}")
     providers = parse_fi_info_providers(_run_first(probe, ["fi_info", "-l"]) or "")

@@ -15,7 +15,7 @@ from clusterkit.stack.doctor import (NO_ACCELERATOR, CheckResult, Status, examin
                                      parse_fi_info_providers, parse_neuron_ls, parse_nvidia_smi, run_checks)
 from clusterkit.stack.probe import RecordedProbe
 
-from conftest import build_root, fixture_text
+from tests.stack.nodes import build_root, fixture_text
 
 
 def by_name(results: list[CheckResult]) -> dict[str, CheckResult]:
@@ -96,7 +96,8 @@ def test_p4d_outputs_checked_against_p5_expectations(p4d_node) -> None:
 
 
 def test_missing_ofi_nccl_plugin_fails_with_the_installer_fix(p4d_node) -> None:
-    probe = p4d_node(drop_files=("/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so", "/opt/amazon/ofi-nccl/lib/libnccl-net.so"))
+    probe = p4d_node(drop_files=("/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so",
+                                 "/opt/amazon/ofi-nccl/lib/libnccl-net.so"))
     check = by_name(run_checks(probe, expect_instance_type="p4d.24xlarge"))["aws-ofi-nccl plugin"]
     assert check.status is Status.FAIL
     assert "TCP sockets" in check.detail
@@ -104,7 +105,8 @@ def test_missing_ofi_nccl_plugin_fails_with_the_installer_fix(p4d_node) -> None:
 
 
 def test_plugin_that_does_not_load_fails(p4d_node) -> None:
-    probe = p4d_node(unloadable={"/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so": "libfabric.so.1: cannot open shared object file"})
+    probe = p4d_node(unloadable={"/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so":
+                                 "libfabric.so.1: cannot open shared object file"})
     check = by_name(run_checks(probe, expect_instance_type="p4d.24xlarge"))["aws-ofi-nccl plugin"]
     assert check.status is Status.FAIL and "libfabric.so.1" in check.detail
 
@@ -132,7 +134,7 @@ def test_fi_info_with_only_socket_providers_fails(p4d_node) -> None:
                                "fi_info -l": fixture_text("fi_info-l_no-efa.txt")})
     check = by_name(run_checks(probe, expect_instance_type="p4d.24xlarge"))["libfabric efa provider"]
     assert check.status is Status.FAIL
-    assert "tcp" in check.detail and "sockets" in check.detail and "sockets" in check.detail
+    assert "tcp" in check.detail and "sockets" in check.detail and "efa," not in check.detail
     assert "/opt/amazon/efa/lib" in check.fix
 
 
@@ -142,7 +144,8 @@ def test_fewer_gpus_than_the_instance_has_fails(p4d_node) -> None:
     lines = smi.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("|   7 "))
     degraded = "\n".join(lines[:start] + lines[start + 4:])
-    check = by_name(run_checks(p4d_node(commands={"nvidia-smi": degraded}), expect_instance_type="p4d"))["nvidia driver"]
+    results = run_checks(p4d_node(commands={"nvidia-smi": degraded}), expect_instance_type="p4d")
+    check = by_name(results)["nvidia driver"]
     assert check.status is Status.FAIL and "7 GPU(s)" in check.detail
 
 

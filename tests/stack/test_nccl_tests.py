@@ -17,7 +17,7 @@ from clusterkit.stack.doctor import Status
 from clusterkit.stack.nccl_tests import (ALL_REDUCE_ARGS, BUSBW_FLOORS_GB_S, BandwidthReport, judge_bandwidth,
                                          nccl_test_spec, parse_bus_bandwidth)
 
-from conftest import fixture_text
+from tests.stack.nodes import fixture_text
 
 
 def test_parses_the_h100_two_node_run() -> None:

@@ -13,7 +13,7 @@ from clusterkit.cli import stack as stack_cli
 from clusterkit.errors import ClusterkitError
 from clusterkit.stack.runflags import NodeDevices, discover_devices, run_flags
 
-from conftest import build_root, p4d_devices
+from tests.stack.nodes import build_root, p4d_devices
 
 COMMON = ["--network", "host", "--ipc", "host", "--ulimit", "memlock=-1:-1", "--ulimit", "stack=67108864"]
 
