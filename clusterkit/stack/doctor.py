@@ -76,6 +76,7 @@ class Node:
     instance_source: str  # how the instance type was learnt, for messages
     in_container: bool
     nvidia_smi: NvidiaSmi | None
+    nvidia_smi_message: str | None = None  # what nvidia-smi printed when it found no driver
 
 
 Check = Callable[[Probe, Node], CheckResult]
@@ -175,7 +176,8 @@ def check_nvidia_driver(probe: Probe, node: Node) -> CheckResult:
     smi = node.nvidia_smi
     if smi is None:
         where = "in the container" if node.in_container else "on the host"
-        return CheckResult(name, layer, Status.FAIL, f"nvidia-smi is missing or reports no driver {where}",
+        said = f": {node.nvidia_smi_message}" if node.nvidia_smi_message else ""
+        return CheckResult(name, layer, Status.FAIL, f"nvidia-smi is missing or reports no driver {where}{said}",
                            "run with --gpus all (docker) or --nv (apptainer)" if node.in_container else
                            "install the NVIDIA driver on the AMI (a Deep Learning AMI has it)")
     detail = f"driver {smi.driver_version}, supports CUDA {smi.cuda_version or '?'}, {smi.gpu_count} GPU(s)"
@@ -467,7 +469,9 @@ def examine_node(probe: Probe, accelerator: str = "auto", expect_instance_type: 
     in_container = any(probe.read_text(marker) is not None for marker in CONTAINER_MARKERS) \
         or "container" in probe.environ
     smi_output = probe.run(["nvidia-smi"]) if accelerator == "gpu" else None
-    return Node(accelerator, instance, source, in_container, parse_nvidia_smi(smi_output) if smi_output else None)
+    smi = parse_nvidia_smi(smi_output) if smi_output else None
+    message = (smi_output.strip().splitlines() or [None])[0] if smi_output and smi is None else None
+    return Node(accelerator, instance, source, in_container, smi, message)
 
 
 def run_checks(probe: Probe, accelerator: str = "auto", expect_instance_type: str | None = None) -> list[CheckResult]:

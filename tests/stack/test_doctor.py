@@ -149,6 +149,12 @@ def test_fewer_gpus_than_the_instance_has_fails(p4d_node) -> None:
     assert check.status is Status.FAIL and "7 GPU(s)" in check.detail
 
 
+def test_driver_library_mismatch_is_reported(p4d_node) -> None:
+    probe = p4d_node(commands={"nvidia-smi": "Failed to initialize NVML: Driver/library version mismatch\n"})
+    check = by_name(run_checks(probe, expect_instance_type="p4d"))["nvidia driver"]
+    assert check.status is Status.FAIL and "Driver/library version mismatch" in check.detail
+
+
 def test_torch_without_cuda_fails(p4d_node) -> None:
     check = by_name(run_checks(p4d_node(commands={"torch-devices": "2.6.0+cpu False 0\n"}),
                                expect_instance_type="p4d"))["framework devices"]
