@@ -28,7 +28,7 @@ GPU_DEFAULTS: dict[str, str] = {
     "gdrcopy": "2.5.1",
     "efa_installer": "1.47.0",
     "nccl": "2.29.3-1",
-    "nccl_tests": "2.17.9",
+    "nccl_tests": "2.17.6",
     "torch": "2.7.1",
 }
 NEURON_DEFAULTS: dict[str, str] = {
@@ -57,7 +57,7 @@ INSTANCE_MINIMUMS: dict[str, dict[str, str]] = {
     "p6-b200": {"cuda": "12.8", "nccl": "2.18.5", "aws_ofi_nccl": "1.7.3"},
 }
 
-_VERSION_RE = re.compile(r"^\d+(?:\.\d+)*(?:[.-][0-9A-Za-z*]+)*$")
+_VERSION_RE = re.compile(r"^v?\d+(?:\.\d+)*(?:[.-][0-9A-Za-z*]+)*$")
 
 
 @dataclass(frozen=True)
@@ -84,11 +84,11 @@ class RecipeOptions:
     neuronx_distributed: str | None = None
 
     def resolved(self) -> RecipeOptions:
-        """The options with every unset version filled from the defaults of the accelerator."""
+        """The options with every unset version filled from the defaults of the accelerator, and
+        versions written as tags (v2.29.3-1) written as versions (2.29.3-1)."""
         defaults = GPU_DEFAULTS if self.accelerator == "gpu" else NEURON_DEFAULTS
-        filled = {name: value for name, value in defaults.items()
-                  if name in _FIELD_NAMES and getattr(self, name) is None}
-        return replace(self, **filled)
+        versions = {name: getattr(self, name) or defaults.get(name) for name in _VERSION_FIELDS}
+        return replace(self, **{name: value.removeprefix("v") if value else value for name, value in versions.items()})
 
 
 _FIELD_NAMES = {f.name for f in fields(RecipeOptions)}

@@ -22,7 +22,7 @@ GOLDEN = Path(__file__).parent / "golden"
 
 VARIANTS = {
     "gpu-nvidia": RecipeOptions(),
-    "gpu-nvidia-ofi-source": RecipeOptions(aws_ofi_nccl="1.13.2", instance="p5"),
+    "gpu-nvidia-ofi-source": RecipeOptions(aws_ofi_nccl="1.16.3", instance="p5"),
     "gpu-dlc": RecipeOptions(base="dlc"),
     "neuron": RecipeOptions(accelerator="neuron", instance="trn1"),
 }
@@ -96,6 +96,11 @@ def test_p5_minimum_versions(field: str, value: str, flag: str) -> None:
     found = errors(RecipeOptions(instance="p5", **{field: value}))
     assert list(found) == [flag]
     assert value in found[flag] and "p5.48xlarge" in found[flag]
+
+
+def test_versions_written_as_tags_are_accepted() -> None:
+    assert errors(RecipeOptions(instance="p5", nccl="v2.29.3-1")) == {}
+    assert render_dockerfile(RecipeOptions(nccl="v2.29.3-1")) == render_dockerfile(RecipeOptions())
 
 
 def test_p5_accepts_the_minimums_and_the_defaults() -> None:

@@ -13,7 +13,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 # nccl-tests, for `clusterkit nccl-test` (all_reduce_perf and friends in /opt/nccl-tests/build).
-RUN git clone --depth 1 --branch v2.17.9 https://github.com/NVIDIA/nccl-tests.git /opt/nccl-tests \
+RUN git clone --depth 1 --branch v2.17.6 https://github.com/NVIDIA/nccl-tests.git /opt/nccl-tests \
  && make -C /opt/nccl-tests -j"$(nproc)" MPI=1 MPI_HOME=/opt/amazon/openmpi CUDA_HOME=/usr/local/cuda
 
 # Minimal EFA settings for libfabric >= 1.18 with aws-ofi-nccl >= 1.7 (huge pages break forked dataloaders).

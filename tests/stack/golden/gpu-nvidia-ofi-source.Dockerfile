@@ -30,18 +30,18 @@ RUN curl -fsSL https://efa-installer.amazonaws.com/aws-efa-installer-1.47.0.tar.
 RUN git clone --depth 1 --branch v2.29.3-1 https://github.com/NVIDIA/nccl.git /opt/nccl \
  && make -C /opt/nccl -j"$(nproc)" src.build CUDA_HOME=/usr/local/cuda
 
-# aws-ofi-nccl 1.13.2 built from its release, instead of the EFA installer's copy.
+# aws-ofi-nccl 1.16.3 built from its release, instead of the EFA installer's copy.
 # hadolint ignore=DL3003
-RUN curl -fsSL https://github.com/aws/aws-ofi-nccl/releases/download/v1.13.2/aws-ofi-nccl-1.13.2.tar.gz | tar -xz -C /tmp \
- && cd /tmp/aws-ofi-nccl-1.13.2 \
+RUN curl -fsSL https://github.com/aws/aws-ofi-nccl/releases/download/v1.16.3/aws-ofi-nccl-1.16.3.tar.gz | tar -xz -C /tmp \
+ && cd /tmp/aws-ofi-nccl-1.16.3 \
  && ./configure --prefix=/opt/aws-ofi-nccl --with-libfabric=/opt/amazon/efa --with-cuda=/usr/local/cuda \
       --with-mpi=/opt/amazon/openmpi \
  && make -j"$(nproc)" \
  && make install \
- && rm -rf /tmp/aws-ofi-nccl-1.13.2
+ && rm -rf /tmp/aws-ofi-nccl-1.16.3
 
 # nccl-tests, for `clusterkit nccl-test` (all_reduce_perf and friends in /opt/nccl-tests/build).
-RUN git clone --depth 1 --branch v2.17.9 https://github.com/NVIDIA/nccl-tests.git /opt/nccl-tests \
+RUN git clone --depth 1 --branch v2.17.6 https://github.com/NVIDIA/nccl-tests.git /opt/nccl-tests \
  && make -C /opt/nccl-tests -j"$(nproc)" MPI=1 MPI_HOME=/opt/amazon/openmpi CUDA_HOME=/usr/local/cuda NCCL_HOME=/opt/nccl/build
 
 # The framework, built against CUDA 12.8.

@@ -31,7 +31,7 @@ RUN git clone --depth 1 --branch v2.29.3-1 https://github.com/NVIDIA/nccl.git /o
  && make -C /opt/nccl -j"$(nproc)" src.build CUDA_HOME=/usr/local/cuda
 
 # nccl-tests, for `clusterkit nccl-test` (all_reduce_perf and friends in /opt/nccl-tests/build).
-RUN git clone --depth 1 --branch v2.17.9 https://github.com/NVIDIA/nccl-tests.git /opt/nccl-tests \
+RUN git clone --depth 1 --branch v2.17.6 https://github.com/NVIDIA/nccl-tests.git /opt/nccl-tests \
  && make -C /opt/nccl-tests -j"$(nproc)" MPI=1 MPI_HOME=/opt/amazon/openmpi CUDA_HOME=/usr/local/cuda NCCL_HOME=/opt/nccl/build
 
 # The framework, built against CUDA 12.8.
