@@ -26,7 +26,8 @@ OFI_NCCL_DIRS = ("/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib/x86_64-li
 LIBRARY_DIRS = ("/opt/nccl/build/lib", "/usr/local/nccl/lib", "/usr/local/cuda/lib64", "/usr/local/cuda/lib",
                 "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/lib")
 # pip wheels (torch's nvidia-* dependencies) carry NCCL and cuDNN in site-packages.
-WHEEL_LIBRARY_GLOBS = ("/usr/local/lib/python3*/dist-packages/nvidia/*/lib", "/usr/lib/python3*/site-packages/nvidia/*/lib",
+WHEEL_LIBRARY_GLOBS = ("/usr/local/lib/python3*/dist-packages/nvidia/*/lib",
+                       "/usr/lib/python3*/site-packages/nvidia/*/lib",
                        "/opt/conda/lib/python3*/site-packages/nvidia/*/lib")
 EFA_LIBFABRIC_GLOBS = ("/opt/amazon/efa/lib/libfabric.so*", "/opt/amazon/efa/lib64/libfabric.so*")
 NEURON_LIBRARY_DIR = "/opt/aws/neuron/lib"
