@@ -29,6 +29,7 @@ class InstanceType:
     network_gbps: int = 0
     nvme_gb: int = 0
     nvswitch: bool = False  # needs the NVIDIA fabric manager
+    device_rdma: bool = False  # EFA reads and writes accelerator memory directly (GPUDirect/Neuron RDMA)
     price_per_hour: float | None = None
 
     @property
@@ -49,25 +50,25 @@ def _types(*items: InstanceType) -> dict[str, InstanceType]:
 
 INSTANCE_TYPES: dict[str, InstanceType] = _types(
     InstanceType("p4d.24xlarge", 96, 1152, "gpu", "A100", 8, 40, efa_interfaces=4, network_gbps=400,
-                 nvme_gb=8000, nvswitch=True, price_per_hour=21.96),
+                 nvme_gb=8000, nvswitch=True, device_rdma=True, price_per_hour=21.96),
     InstanceType("p4de.24xlarge", 96, 1152, "gpu", "A100", 8, 80, efa_interfaces=4, network_gbps=400,
-                 nvme_gb=8000, nvswitch=True, price_per_hour=27.45),
+                 nvme_gb=8000, nvswitch=True, device_rdma=True, price_per_hour=27.45),
     InstanceType("p5.48xlarge", 192, 2048, "gpu", "H100", 8, 80, efa_interfaces=32, network_gbps=3200,
-                 nvme_gb=30400, nvswitch=True, price_per_hour=55.04),
+                 nvme_gb=30400, nvswitch=True, device_rdma=True, price_per_hour=55.04),
     InstanceType("p5e.48xlarge", 192, 2048, "gpu", "H200", 8, 141, efa_interfaces=32, network_gbps=3200,
-                 nvme_gb=30400, nvswitch=True, price_per_hour=None),
+                 nvme_gb=30400, nvswitch=True, device_rdma=True, price_per_hour=None),
     InstanceType("p5en.48xlarge", 192, 2048, "gpu", "H200", 8, 141, efa_interfaces=16, network_gbps=3200,
-                 nvme_gb=30400, nvswitch=True, price_per_hour=63.30),
+                 nvme_gb=30400, nvswitch=True, device_rdma=True, price_per_hour=63.30),
     InstanceType("p6-b200.48xlarge", 192, 2048, "gpu", "B200", 8, 179, efa_interfaces=8, network_gbps=3200,
-                 nvme_gb=30400, nvswitch=True, price_per_hour=None),
+                 nvme_gb=30400, nvswitch=True, device_rdma=True, price_per_hour=None),
     InstanceType("trn1.2xlarge", 8, 32, "neuron", "Trainium", 1, 32, neuron_cores=2, network_gbps=12,
                  nvme_gb=474, price_per_hour=1.34),
     InstanceType("trn1.32xlarge", 128, 512, "neuron", "Trainium", 16, 32, neuron_cores=32, efa_interfaces=8,
-                 network_gbps=800, nvme_gb=7600, price_per_hour=21.50),
+                 network_gbps=800, nvme_gb=7600, device_rdma=True, price_per_hour=21.50),
     InstanceType("trn1n.32xlarge", 128, 512, "neuron", "Trainium", 16, 32, neuron_cores=32, efa_interfaces=16,
-                 network_gbps=1600, nvme_gb=7600, price_per_hour=24.78),
+                 network_gbps=1600, nvme_gb=7600, device_rdma=True, price_per_hour=24.78),
     InstanceType("trn2.48xlarge", 192, 2048, "neuron", "Trainium2", 16, 96, neuron_cores=128, efa_interfaces=16,
-                 network_gbps=3200, nvme_gb=7600, price_per_hour=None),
+                 network_gbps=3200, nvme_gb=7600, device_rdma=True, price_per_hour=None),
     InstanceType("g5.xlarge", 4, 16, "gpu", "A10G", 1, 24, network_gbps=10, nvme_gb=250, price_per_hour=1.006),
     InstanceType("g5.8xlarge", 32, 128, "gpu", "A10G", 1, 24, efa_interfaces=1, network_gbps=25, nvme_gb=900,
                  price_per_hour=2.448),

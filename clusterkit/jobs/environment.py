@@ -24,9 +24,6 @@ if TYPE_CHECKING:
 OFI_NCCL_LIBRARY_DIR = "/opt/amazon/ofi-nccl/lib"
 NCCL_SOCKET_IFNAME = "^docker,lo,veth"
 
-# Instance families whose EFA supports device RDMA (GPUDirect RDMA or Neuron RDMA); g5 does not.
-DEVICE_RDMA_FAMILIES = frozenset({"p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "trn1", "trn1n", "trn2"})
-
 
 @dataclass(frozen=True)
 class JobEnvironment:
@@ -50,12 +47,12 @@ def instance_environment(instance: InstanceType | None, *, aws_ofi_nccl: str | N
         return JobEnvironment()
     family = instance.name.split(".")[0]
     if instance.accelerator == "neuron":
-        return _neuron_environment(instance, family)
+        return _neuron_environment(instance)
     variables = {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": NCCL_SOCKET_IFNAME}
     summary = f"NCCL on {instance.name}"
     library_dirs: tuple[str, ...] = ()
     if instance.efa:
-        variables.update(_efa_variables(family, parse_version(aws_ofi_nccl), parse_version(libfabric)))
+        variables.update(_efa_variables(instance.device_rdma, parse_version(aws_ofi_nccl), parse_version(libfabric)))
         library_dirs = (OFI_NCCL_LIBRARY_DIR,)
         summary += f" over EFA (aws-ofi-nccl {aws_ofi_nccl or 'current'}, libfabric {libfabric or 'current'})"
     if family == "g5":
@@ -64,24 +61,24 @@ def instance_environment(instance: InstanceType | None, *, aws_ofi_nccl: str | N
     return JobEnvironment(dict(sorted(variables.items())), library_dirs, summary)
 
 
-def _efa_variables(family: str, ofi_nccl: tuple[int, ...] | None,
+def _efa_variables(device_rdma: bool, ofi_nccl: tuple[int, ...] | None,
                    libfabric: tuple[int, ...] | None) -> dict[str, str]:
     variables = {"FI_PROVIDER": "efa", "FI_EFA_USE_HUGE_PAGE": "0"}
     old_plugin = ofi_nccl is not None and ofi_nccl < (1, 7)
     old_libfabric = libfabric is not None and libfabric < (1, 18)
-    if (old_plugin or old_libfabric) and family in DEVICE_RDMA_FAMILIES:
+    if (old_plugin or old_libfabric) and device_rdma:
         variables["FI_EFA_USE_DEVICE_RDMA"] = "1"
     if ofi_nccl is not None and ofi_nccl < (1, 6):
         variables["NCCL_PROTO"] = "simple"
     return variables
 
 
-def _neuron_environment(instance: InstanceType, family: str) -> JobEnvironment:
+def _neuron_environment(instance: InstanceType) -> JobEnvironment:
     # Many Neuron processes per node: cap glibc malloc arenas to keep host memory in check.
     variables = {"MALLOC_ARENA_MAX": "64"}
     if instance.efa:
         variables.update({"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1"})
-        if family in DEVICE_RDMA_FAMILIES:
+        if instance.device_rdma:
             variables["FI_EFA_USE_DEVICE_RDMA"] = "1"
     return JobEnvironment(dict(sorted(variables.items())), (), f"Neuron runtime on {instance.name}")
 
