@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "clusterkit.cli.clusters",
     "clusterkit.cli.cluster_config",
     "clusterkit.cli.jobs",
+    "clusterkit.cli.stack",
     "clusterkit.cli.local",
 )
 

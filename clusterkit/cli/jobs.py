@@ -36,6 +36,17 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     cancel.add_argument("job_id", metavar="JOB_ID")
     cancel.set_defaults(handler=cancel_job)
 
+    watch = subparsers.add_parser("watch", parents=[common, cluster_option],
+                                  help="follow a job across requeues; resubmit it where Slurm did not requeue",
+                                  description="Follow a job until it ends, across requeues. With --resubmit, a job "
+                                              "that ended NODE_FAIL, BOOT_FAIL, TIMEOUT or PREEMPTED (or whose "
+                                              "supervisor found a bad node) is resubmitted without the bad nodes, "
+                                              "into the same run: it resumes from its last valid checkpoint.")
+    watch.add_argument("job_id", metavar="JOB_ID")
+    watch.add_argument("--resubmit", action="store_true", help="resubmit where Slurm did not requeue")
+    watch.add_argument("--max-resubmits", type=int, default=3, help="resubmission budget (default 3)")
+    watch.set_defaults(handler=watch_job)
+
     jobs = subparsers.add_parser("jobs", parents=[common, cluster_option], help="list jobs submitted by clusterkit")
     jobs.set_defaults(handler=list_jobs)
 
@@ -76,9 +87,14 @@ def _handle(args: argparse.Namespace):
 
 
 def job_status(args: argparse.Namespace) -> int:
+    from clusterkit.jobs import records
+    from clusterkit.resilience.watcher import classify
+
     handle = _handle(args)
+    record = records.find(handle.cluster, handle.job_id)
     attempts = [{"attempt": index, "state": a.state, "exit_code": a.exit_code, "nodes": a.node_list,
-                 "start": a.start, "end": a.end} for index, a in enumerate(handle.attempts())]
+                 "start": a.start, "end": a.end, "classification": classify(a, index, record)}
+                for index, a in enumerate(handle.attempts())]
     info = {"job_id": handle.job_id, "cluster": handle.cluster, "state": handle.state,
             "stdout": str(handle.stdout_path) if handle.stdout_path else None, "attempts": attempts}
     if args.output == "json":
@@ -86,7 +102,7 @@ def job_status(args: argparse.Namespace) -> int:
         return 0
     print(f"job {info['job_id']} on {info['cluster']}: {info['state']}")
     if attempts:
-        print_table(["attempt", "state", "exit_code", "nodes", "start", "end"],
+        print_table(["attempt", "state", "exit_code", "nodes", "start", "end", "classification"],
                     [list(a.values()) for a in attempts])
     return 0
 
@@ -122,6 +138,20 @@ def cancel_job(args: argparse.Namespace) -> int:
     else:
         print(f"cancelled job {handle.job_id}")
     return 0
+
+
+def watch_job(args: argparse.Namespace) -> int:
+    from clusterkit.resilience.watcher import watch
+
+    result = watch(args.job_id, args.cluster, resubmit=args.resubmit, max_resubmits=args.max_resubmits,
+                   progress=progress if args.output == "table" else lambda _: None)
+    if args.output == "json":
+        print_json({"job_ids": result.job_ids, "state": result.state, "classification": result.classification,
+                    "resubmissions": result.resubmissions, "events": result.events})
+    else:
+        print(f"job {result.job_ids[-1]}: {result.state} ({result.classification}) after "
+              f"{result.resubmissions} resubmission(s)")
+    return 0 if result.state == "COMPLETED" else 1
 
 
 def list_jobs(args: argparse.Namespace) -> int:

@@ -156,6 +156,14 @@ class Supervisor:
             return ""
         return "; ".join(f"{r['check']}: {r['evidence']}" for r in report["results"] if not r["ok"])
 
+    def job_running(self) -> bool:
+        if self.terminating.is_set():
+            return False
+        try:
+            return self.slurm.queue().get(self.job_id, "RUNNING") == "RUNNING"
+        except Exception:
+            return True  # the controller not answering is no reason to stop judging
+
     def drain(self, bad: dict[str, str]) -> None:
         for node, evidence in bad.items():
             try:
@@ -261,6 +269,12 @@ class Supervisor:
                 return self.requeue()
             bad = self.unhealthy_nodes(nodes)
             failure = outcome.hang_evidence or f"step exited {outcome.exit_code}"
+            if not self.job_running():
+                # Slurm is ending the job (a node it saw die, a cancel): health checks cannot run on a
+                # job being torn down, so they prove nothing about the nodes. Slurm decides what is next.
+                self.decide(TERMINATED, f"{failure} while Slurm was ending the job; no node judged",
+                            exit_code=outcome.exit_code)
+                return outcome.exit_code or 143
             if bad:
                 self.decide(NODE_FAILURE, f"{failure}; " + "; ".join(bad.values()), nodes=sorted(bad))
                 self.drain(bad)

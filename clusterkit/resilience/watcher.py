@@ -56,10 +56,15 @@ def classify(attempt: AccountingRecord, attempt_index: int, record: records.JobR
 
 
 def _bad_nodes(handle: JobHandle, record: records.JobRecord | None) -> list[str]:
+    """Nodes of the last attempt that Slurm now sees as down, failing or drained, and those the
+    supervisor found bad (sacct names the whole allocation of a NODE_FAIL, not the culprit)."""
+    slurm = handle.tracker.slurm
     attempts = handle.attempts()
     nodes: set[str] = set()
-    if attempts and attempts[-1].node_list and attempts[-1].base_state in ("NODE_FAIL", "BOOT_FAIL"):
-        nodes.update(handle.tracker.slurm.run("scontrol", "show", "hostnames", attempts[-1].node_list).stdout.split())
+    if attempts and attempts[-1].node_list:
+        used = set(slurm.run("scontrol", "show", "hostnames", attempts[-1].node_list).stdout.split())
+        nodes.update(n.name for n in slurm.nodes() if n.name in used and
+                     (not n.responding or n.base_state in ("down", "fail", "drain", "drng")))
     for decision in decisions(record):
         if decision.get("decision") == NODE_FAILURE and decision.get("job_id") == handle.job_id:
             nodes.update(decision.get("nodes", []))

@@ -130,3 +130,32 @@ def test_a_node_failing_its_health_check_is_drained_and_the_job_requeued(local_c
     assert made[-1]["decision"] == "completed"
     assert [a.base_state for a in handle.attempts()][-1] == "COMPLETED" and len(handle.attempts()) == 2
     assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest
+
+
+def test_watch_resubmits_a_job_slurm_did_not_requeue_without_the_bad_node(local_cluster, workdir,
+                                                                          uninterrupted_digest):
+    spec = training_spec()
+    spec["requeue"] = False  # Slurm ends it NODE_FAIL; only the watcher can bring it back
+    handle = submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir)
+    wait_for_log(handle, "checkpoint at step 20")
+    nodes = local_cluster.slurm.run("scontrol", "show", "hostnames",
+                                    local_cluster.slurm.job_details(handle.job_id)["NodeList"]).stdout.split()
+    victim = nodes[-1]
+    watcher = subprocess.Popen([sys.executable, "-m", "clusterkit", "watch", handle.job_id, "--resubmit",
+                                "--cluster", local_cluster.name, "--output", "json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    local_cluster.crash_node(victim)
+    try:
+        out, err = watcher.communicate(timeout=240)
+    finally:
+        local_cluster.start_node(victim)
+        local_cluster.heal(victim)
+    assert watcher.returncode == 0, err
+    result = json.loads(out)
+    assert result["state"] == "COMPLETED" and result["resubmissions"] == 1
+    assert any(f"excluding {victim}" in event for event in result["events"]), result["events"]
+    status = json.loads(subprocess.run(
+        [sys.executable, "-m", "clusterkit", "status", handle.job_id, "--cluster", local_cluster.name, "-o", "json"],
+        capture_output=True, text=True, check=True).stdout)
+    assert status["attempts"][0]["classification"] in ("node_failure", "terminated")
+    assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest
