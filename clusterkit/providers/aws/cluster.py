@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 PROVIDER = "aws"
 CONFIG_FILE = "parallelcluster.yaml"
-POLL_SECONDS = 15.0
+POLL_SECONDS = 15.0  # between looks at the stack; tests lower it
 
 
 def _quiet(_: str) -> None:
@@ -168,7 +168,7 @@ class AwsCluster:
     # ----- create -------------------------------------------------------------------------------
     @classmethod
     def create(cls, prepared: PreparedCluster, aws: Aws, backend: ClusterBackend | None = None,
-               progress: Progress = _quiet, poll_seconds: float = POLL_SECONDS) -> AwsCluster:
+               progress: Progress = _quiet, poll_seconds: float | None = None) -> AwsCluster:
         """Create the prepared cluster and follow its stack to CREATE_COMPLETE.
 
         The record is saved as soon as the stack exists, so `delete-cluster` can clean up a failed create.
@@ -197,10 +197,10 @@ class AwsCluster:
         cluster._follow("CREATE", progress, poll_seconds)
         return cluster
 
-    def _follow(self, operation: str, progress: Progress, poll_seconds: float) -> None:
+    def _follow(self, operation: str, progress: Progress, poll_seconds: float | None) -> None:
         try:
             follow_stack(self.aws.client("cloudformation"), self.stack_id, operation, progress,
-                         poll_seconds=poll_seconds)
+                         poll_seconds=POLL_SECONDS if poll_seconds is None else poll_seconds)
         except StackFailed as failed:
             after = {"CREATE": f"then remove it with `clusterkit delete-cluster {self.name}`",
                      "UPDATE": "the cluster keeps its previous configuration",
@@ -234,7 +234,7 @@ class AwsCluster:
     # ----- update -------------------------------------------------------------------------------
     def update_queue(self, queue: str, max_count: int, min_count: int | None = None,
                      compute_resource: str | None = None, progress: Progress = _quiet,
-                     poll_seconds: float = POLL_SECONDS) -> dict[str, Any]:
+                     poll_seconds: float | None = None) -> dict[str, Any]:
         """Resize one queue through a ParallelCluster update; the config file follows when it succeeds."""
         import yaml  # lazy: keep CLI start fast
 
@@ -250,7 +250,7 @@ class AwsCluster:
                                       for r in resized["ComputeResources"]]}
 
     # ----- delete -------------------------------------------------------------------------------
-    def delete(self, progress: Progress = _quiet, poll_seconds: float = POLL_SECONDS) -> None:
+    def delete(self, progress: Progress = _quiet, poll_seconds: float | None = None) -> None:
         """Delete the cluster (its stack, and storage ParallelCluster created with DeletionPolicy Delete)."""
         if self.backend.describe(self.name, self.region) is not None:
             progress(f"deleting cluster {self.name!r} in {self.region}")

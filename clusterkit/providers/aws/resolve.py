@@ -223,7 +223,7 @@ def _choose_subnet(resolution: Resolution, lookup: _Lookup, reservations: dict[s
         _error(resolution, "subnet_id",
                f"the default VPC {vpc['VpcId']} in {region} has no subnet in {', '.join(sorted(zones))}, "
                f"where {', '.join(types)} are offered",
-               f"create a subnet in one of those zones and pass --subnet-id")
+               "create a subnet in one of those zones and pass --subnet-id")
         return
     # The most free addresses, then a stable order: the same account always gets the same choice.
     best = min(candidates, key=lambda s: (-int(s.get("AvailableIpAddressCount", 0)), s["AvailabilityZone"],
