@@ -136,10 +136,13 @@ def _describe_or_say_why(record) -> dict:  # noqa: ANN001 - a registry.ClusterRe
 
 
 def update_cluster(args: argparse.Namespace) -> int:
-    cluster = open_cluster(args.name)
-    if cluster.record.provider != "aws":
-        raise ClusterkitError(f"cluster {args.name!r} is a {cluster.record.provider} cluster, whose size is fixed",
+    from clusterkit import registry
+
+    provider = registry.load(args.name).provider
+    if provider != "aws":
+        raise ClusterkitError(f"cluster {args.name!r} is a {provider} cluster, whose size is fixed",
                               fix="delete it and create it again with the size you need (--nodes N)")
+    cluster = open_cluster(args.name)
     started = time.monotonic()
     result = cluster.update_queue(args.queue, args.max_count, args.min_count, args.compute_resource,
                                   progress=progress if args.output == "table" else lambda _: None)

@@ -116,26 +116,27 @@ def follow_stack(cloudformation: Any, stack: str, operation: str = "CREATE", pro
 
     started = clock()
     last_report = None
+    name = _stack_name(stack)
     while True:
         try:
             status = cloudformation.describe_stacks(StackName=stack)["Stacks"][0]["StackStatus"]
         except ClientError as error:
             if operation == "DELETE" and "does not exist" in str(error):
-                return StackResult(stack, "DELETE_COMPLETE", 0, 0, round(clock() - started, 1))
+                return StackResult(name, "DELETE_COMPLETE", 0, 0, round(clock() - started, 1))
             raise
         done, total = _resource_counts(cloudformation, stack, operation)
         elapsed = clock() - started
         if status == f"{operation}_COMPLETE":
-            progress(f"{stack}: {status} ({_duration(elapsed)})")
-            return StackResult(stack, status, done, total, round(elapsed, 1))
+            progress(f"{name}: {status} ({_duration(elapsed)})")
+            return StackResult(name, status, done, total, round(elapsed, 1))
         if _is_failed(status, operation):
-            raise _failure(cloudformation, stack, operation, status)
+            raise _failure(cloudformation, stack, name, operation, status)
         report = (status, done, total)
         if report != last_report:
-            progress(f"{stack}: {status}, {done}/{total} resources, {_duration(elapsed)}")
+            progress(f"{name}: {status}, {done}/{total} resources, {_duration(elapsed)}")
             last_report = report
         if elapsed > timeout_seconds:
-            raise ClusterkitError(f"stack {stack} is still {status} after {_duration(elapsed)}",
+            raise ClusterkitError(f"stack {name} is still {status} after {_duration(elapsed)}",
                                   fix="follow it in the CloudFormation console, or run describe-cluster later")
         sleep(poll_seconds)
 
@@ -163,13 +164,18 @@ def _stack_events(cloudformation: Any, stack: str) -> list[dict[str, Any]]:
             return events
 
 
-def _failure(cloudformation: Any, stack: str, operation: str, status: str) -> StackFailed:
-    failure = first_failure(_stack_events(cloudformation, stack), stack)
+def _stack_name(stack: str) -> str:
+    """The name in a stack id (arn:aws:cloudformation:REGION:ACCOUNT:stack/NAME/UUID), or the name itself."""
+    return stack.split("/")[1] if stack.startswith("arn:") and stack.count("/") >= 2 else stack
+
+
+def _failure(cloudformation: Any, stack: str, name: str, operation: str, status: str) -> StackFailed:
+    failure = first_failure(_stack_events(cloudformation, stack), name)
     if failure is None:
-        return StackFailed(f"stack {stack}: {operation.lower()} failed ({status})", None,
+        return StackFailed(f"stack {name}: {operation.lower()} failed ({status})", None,
                            fix="see the stack's events in the CloudFormation console")
     return StackFailed(
-        f"stack {stack}: {operation.lower()} failed ({status}) at {failure.resource} ({failure.resource_type}): "
+        f"stack {name}: {operation.lower()} failed ({status}) at {failure.resource} ({failure.resource_type}): "
         f"{failure.reason or failure.status}",
         failure, fix=failure.hint)
 
