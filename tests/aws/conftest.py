@@ -94,3 +94,13 @@ def answer_reservations(ec2: Any, *reservations: dict[str, Any]) -> None:
         return AWSResponse("https://stub", 200, {}, None), {"CapacityReservations": [known[i] for i in wanted]}
 
     ec2.meta.events.register("before-call.ec2.DescribeCapacityReservations", handler)
+
+
+def private_subnets(ec2: Any, *zones: str) -> dict[str, str]:
+    """A private subnet (no public IPs) per zone in the default VPC, as GPU queues with several cards need."""
+    vpc = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
+    made = {}
+    for index, zone in enumerate(zones):
+        made[zone] = ec2.create_subnet(VpcId=vpc, CidrBlock=f"172.31.{128 + 16 * index}.0/20",
+                                       AvailabilityZone=zone)["Subnet"]["SubnetId"]
+    return made

@@ -14,12 +14,15 @@ from clusterkit.cli import main
 from clusterkit.findings import Finding, Level
 from clusterkit.providers.aws import cluster as aws_cluster
 
-from .conftest import REGION, answer, answer_reservations, reservation
+from .conftest import REGION, answer, answer_reservations, private_subnets, reservation
 from .fake_backend import FakeParallelCluster
 
 
 @pytest.fixture
 def backend(mocked: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeParallelCluster:
+    import boto3
+
+    private_subnets(boto3.client("ec2", region_name=REGION), "us-east-1b", "us-east-1c")
     fake = FakeParallelCluster()
     monkeypatch.setenv("CLUSTERKIT_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(aws_cluster, "ParallelClusterBackend", lambda: fake)

@@ -11,10 +11,7 @@ from clusterkit.cluster.spec import ClusterSpec, LustreSpec
 from clusterkit.findings import Level
 from clusterkit.providers.aws import resolve
 
-from .conftest import REGION, answer_reservations, refuse, reservation
-
-P4DE_ZONES = {"us-east-1b", "us-east-1c"}  # where moto's instance-type data offers p4de.24xlarge
-
+from .conftest import REGION, answer_reservations, private_subnets, refuse, reservation
 
 def p4de(**changes: object) -> ClusterSpec:
     spec = preset("p4de")
@@ -23,9 +20,8 @@ def p4de(**changes: object) -> ClusterSpec:
     return dataclasses.replace(spec, **changes)
 
 
-def default_subnet(aws, zone: str) -> str:  # noqa: ANN001
-    subnets = aws.client("ec2").describe_subnets(Filters=[{"Name": "availability-zone", "Values": [zone]}])
-    return subnets["Subnets"][0]["SubnetId"]
+def private_subnet(aws, zone: str) -> str:  # noqa: ANN001
+    return private_subnets(aws.client("ec2"), zone)[zone]
 
 
 def errors(resolution) -> list[str]:  # noqa: ANN001
@@ -37,17 +33,33 @@ def with_reservation(spec: ClusterSpec, reservation_id: str = "cr-0123456789abcd
     return spec
 
 
-def test_without_a_subnet_one_is_chosen_where_every_compute_type_is_offered(aws) -> None:  # noqa: ANN001
+def test_without_a_subnet_a_private_one_is_chosen_where_every_compute_type_is_offered(aws) -> None:  # noqa: ANN001
+    made = private_subnets(aws.client("ec2"), "us-east-1a", "us-east-1c")
     spec = p4de()
     resolution = resolve(spec, aws)
     assert resolution.ok, errors(resolution)
-    assert resolution.chosen["availability_zone"] in P4DE_ZONES
+    assert resolution.chosen["subnet_id"] == made["us-east-1c"]
     assert resolution.spec.subnet_id == resolution.chosen["subnet_id"] != spec.subnet_id
     assert spec.subnet_id is None  # the input spec is left alone
 
 
+def test_only_public_subnets_in_the_default_vpc_is_an_error_for_several_network_cards(aws) -> None:  # noqa: ANN001
+    (message,) = errors(resolve(p4de(), aws))
+    assert message.startswith("subnet_id: p4de.24xlarge need a private subnet (several network cards get no public "
+                              "IP), and the default VPC vpc-")
+    assert "NAT gateway" in message
+
+
+def test_a_given_public_subnet_is_an_error_for_several_network_cards(aws) -> None:  # noqa: ANN001
+    ec2 = aws.client("ec2")
+    public = ec2.describe_subnets(Filters=[{"Name": "availability-zone", "Values": ["us-east-1b"]}])
+    subnet = public["Subnets"][0]["SubnetId"]
+    (message,) = errors(resolve(p4de(subnet_id=subnet), aws))
+    assert message.startswith(f"subnet_id: subnet {subnet} gives public IPs, which p4de.24xlarge")
+
+
 def test_a_given_subnet_in_a_zone_without_the_instance_type_is_an_error(aws) -> None:  # noqa: ANN001
-    subnet = default_subnet(aws, "us-east-1a")
+    subnet = private_subnet(aws, "us-east-1a")
     resolution = resolve(p4de(subnet_id=subnet), aws)
     (message,) = errors(resolution)
     assert message.startswith(f"subnet_id: p4de.24xlarge is not offered in us-east-1a, the zone of subnet {subnet}")
@@ -61,6 +73,7 @@ def test_an_unknown_subnet_names_the_region(aws) -> None:  # noqa: ANN001
 
 
 def test_a_reservation_decides_the_zone_of_the_chosen_subnet(aws) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1b", "us-east-1c")
     answer_reservations(aws.client("ec2"), reservation(zone="us-east-1c", count=4))
     resolution = resolve(with_reservation(p4de()), aws)
     assert resolution.ok, errors(resolution)
@@ -68,6 +81,7 @@ def test_a_reservation_decides_the_zone_of_the_chosen_subnet(aws) -> None:  # no
 
 
 def test_a_scheduled_capacity_block_is_usable(aws) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1b", "us-east-1c")
     answer_reservations(aws.client("ec2"), reservation(state="scheduled", kind="capacity-block", zone="us-east-1b"))
     resolution = resolve(with_reservation(p4de()), aws)
     assert resolution.ok, errors(resolution)
@@ -81,6 +95,7 @@ def test_a_scheduled_capacity_block_is_usable(aws) -> None:  # noqa: ANN001
     ({"state": "expired", "kind": "capacity-block"}, f"Capacity Block cr-0123456789abcdef0 in {REGION} is expired"),
 ])
 def test_reservation_mismatches_are_errors_on_the_reservation_field(aws, changes, expected) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1c")
     answer_reservations(aws.client("ec2"), reservation(**changes))
     resolution = resolve(with_reservation(p4de()), aws)
     messages = errors(resolution)
@@ -90,7 +105,7 @@ def test_reservation_mismatches_are_errors_on_the_reservation_field(aws, changes
 
 def test_a_reservation_in_another_zone_than_the_subnet(aws) -> None:  # noqa: ANN001
     answer_reservations(aws.client("ec2"), reservation(zone="us-east-1c"))
-    subnet = default_subnet(aws, "us-east-1b")
+    subnet = private_subnet(aws, "us-east-1b")
     resolution = resolve(with_reservation(p4de(subnet_id=subnet)), aws)
     (message,) = errors(resolution)
     assert "is in us-east-1c, but queue 'train' launches in us-east-1b" in message
@@ -105,6 +120,7 @@ def test_an_unknown_reservation(aws) -> None:  # noqa: ANN001
 
 
 def test_a_missing_key_pair_says_how_to_create_it(aws) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1b")
     spec = p4de()
     spec.ssh.key_name = "alice"
     (message,) = errors(resolve(spec, aws))
@@ -113,6 +129,7 @@ def test_a_missing_key_pair_says_how_to_create_it(aws) -> None:  # noqa: ANN001
 
 
 def test_an_existing_key_pair_passes(aws) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1b")
     aws.client("ec2").create_key_pair(KeyName="alice", KeyType="ed25519")
     spec = p4de()
     spec.ssh.key_name = "alice"
@@ -120,6 +137,7 @@ def test_an_existing_key_pair_passes(aws) -> None:  # noqa: ANN001
 
 
 def test_missing_fsx_and_bucket_are_named(aws) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1b")
     spec = p4de()
     spec.storage.lustre = [LustreSpec(file_system_id="fs-0123456789abcdef0"),
                            LustreSpec(name="data", mount_dir="/data", import_path="s3://no-such-bucket/train")]
@@ -131,6 +149,7 @@ def test_missing_fsx_and_bucket_are_named(aws) -> None:  # noqa: ANN001
 
 
 def test_an_existing_bucket_passes(aws) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1b")
     aws.client("s3").create_bucket(Bucket="training-data")
     spec = p4de()
     spec.storage.lustre = [LustreSpec(import_path="s3://training-data/shards")]
@@ -138,6 +157,7 @@ def test_an_existing_bucket_passes(aws) -> None:  # noqa: ANN001
 
 
 def test_custom_ami_by_name_and_by_id(aws) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1b")
     ec2 = aws.client("ec2")
     image_id = ec2.register_image(Name="my-training-ami-2026", RootDeviceName="/dev/sda1",
                                   BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 60}}])["ImageId"]

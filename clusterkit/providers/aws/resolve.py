@@ -74,6 +74,10 @@ class _Lookup:
             self._offerings[instance_type] = zones
         return self._offerings[instance_type]
 
+    def network_cards(self, instance_type: str) -> int:
+        types = call(self.aws, "ec2", "describe_instance_types", InstanceTypes=[instance_type]).get("InstanceTypes", [])
+        return int(types[0].get("NetworkInfo", {}).get("MaximumNetworkCards", 1)) if types else 1
+
     def subnet(self, subnet_id: str) -> dict[str, Any] | None:
         if subnet_id not in self._subnets:
             self._subnets[subnet_id] = _first(self._ask_or_none(
@@ -225,6 +229,16 @@ def _choose_subnet(resolution: Resolution, lookup: _Lookup, reservations: dict[s
                f"where {', '.join(types)} are offered",
                "create a subnet in one of those zones and pass --subnet-id")
         return
+    # Instances with several network cards get no public IP: ParallelCluster wants them in a private subnet.
+    multi_card = [t for t in sorted({c.instance_type for _, _, c in computes}) if lookup.network_cards(t) > 1]
+    if multi_card:
+        candidates = [subnet for subnet in candidates if not subnet.get("MapPublicIpOnLaunch")]
+        if not candidates:
+            _error(resolution, "subnet_id",
+                   f"{', '.join(multi_card)} need a private subnet (several network cards get no public IP), and "
+                   f"the default VPC {vpc['VpcId']} in {region} has none in {', '.join(sorted(zones))}",
+                   "create a private subnet with a route to a NAT gateway there and pass --subnet-id")
+            return
     # The most free addresses, then a stable order: the same account always gets the same choice.
     best = min(candidates, key=lambda s: (-int(s.get("AvailableIpAddressCount", 0)), s["AvailabilityZone"],
                                           s["SubnetId"]))
@@ -275,6 +289,10 @@ def _check_subnet(resolution: Resolution, lookup: _Lookup, path: str, subnet_id:
                "check the id and --region (`aws ec2 describe-subnets`)", subnet_id)
         return None
     zone = subnet["AvailabilityZone"]
+    multi_card = [t for t in instance_types if lookup.network_cards(t) > 1]
+    if multi_card and subnet.get("MapPublicIpOnLaunch"):
+        _error(resolution, path, f"subnet {subnet_id} gives public IPs, which {', '.join(multi_card)} (several "
+               "network cards) cannot have", "use a private subnet with a route to a NAT gateway", subnet_id)
     for instance_type in instance_types:
         offered = lookup.azs_offering(instance_type)
         if zone in offered:
