@@ -9,10 +9,15 @@ import argparse
 import sys
 import time
 
+from typing import TYPE_CHECKING, Any
+
 from clusterkit.cli import cluster_config
 from clusterkit.cli.output import print_json, print_table, progress
 from clusterkit.errors import ClusterkitError
 from clusterkit.providers import open_cluster
+
+if TYPE_CHECKING:
+    from clusterkit.registry import ClusterRecord
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -126,7 +131,7 @@ def list_clusters(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe_or_say_why(record) -> dict:  # noqa: ANN001 - a registry.ClusterRecord
+def _describe_or_say_why(record: ClusterRecord) -> dict[str, Any]:
     """One cluster that cannot be described (no credentials, say) must not hide the others."""
     try:
         return open_cluster(record.name).describe()

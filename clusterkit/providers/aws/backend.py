@@ -1,8 +1,8 @@
 """The ParallelCluster edge: a small interface, and the real one built on `pcluster.lib`.
 
 `ClusterBackend` is what the AWS provider needs from ParallelCluster; tests put a fake in its place.
-The real one imports `pcluster` (the `validate` extra, ~0.5 s) only when called, and needs Node.js
-on PATH, which ParallelCluster's CDK uses to build the stack.
+The real one imports `pcluster` (the `validate` extra, ~0.5 s) only when called; creating and
+updating need Node.js on PATH, which ParallelCluster's CDK uses to build the stack.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class ParallelClusterBackend:
     """ClusterBackend through the `pcluster.lib` Python API of aws-parallelcluster 3.16."""
 
     def dry_run(self, name: str, config: Config, region: str) -> list[Finding]:
+        check_node()  # fail before the checks, not after them at create
         lib = _pcluster_lib()
         from pcluster.api.errors import DryrunOperationException
 
@@ -50,6 +51,7 @@ class ParallelClusterBackend:
                               fix="report this: aws-parallelcluster may have changed its API")
 
     def create(self, name: str, config: Config, region: str) -> str:
+        check_node()
         lib = _pcluster_lib()
         try:
             result = lib.create_cluster(cluster_name=name, cluster_configuration=config, region=region,
@@ -72,6 +74,7 @@ class ParallelClusterBackend:
         return {**cluster, "instances": instances}
 
     def update(self, name: str, config: Config, region: str) -> str:
+        check_node()
         lib = _pcluster_lib()
         try:
             result = lib.update_cluster(cluster_name=name, cluster_configuration=config, region=region)
@@ -94,7 +97,6 @@ def check_node() -> None:
 
 
 def _pcluster_lib() -> Any:
-    check_node()
     try:
         import pcluster.lib as lib
     except ImportError:
@@ -132,6 +134,8 @@ def _rejection(error: BaseException) -> list[Finding]:
 def _as_error(error: BaseException, doing: str) -> ClusterkitError:
     content = _content(error)
     message = content.get("message") or str(error) or type(error).__name__
-    errors = "; ".join(str(m.get("message")) for m in content.get("configuration_validation_errors") or []
-                       if str(m.get("level")).upper() == "ERROR")
+    # Config errors carry a level; update errors (a change ParallelCluster cannot apply now) do not.
+    problems = [m for m in content.get("configuration_validation_errors") or []
+                if str(m.get("level")).upper() == "ERROR"] + list(content.get("update_validation_errors") or [])
+    errors = "; ".join(str(m.get("message")) for m in problems)
     return ClusterkitError(f"{doing}: {message}" + (f": {errors}" if errors else ""))
