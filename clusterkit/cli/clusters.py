@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.cli import cluster_config
