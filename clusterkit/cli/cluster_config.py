@@ -1,7 +1,7 @@
 """Cluster specs on the command line: `clusterkit validate SPEC.yaml` and `create-cluster --provider aws`.
 
-Argument parsing and printing only; the work is in clusterkit.cluster (imported inside the handlers
-so that `clusterkit --help` does not load it).
+Argument parsing and printing only; the work is in clusterkit.cluster and clusterkit.providers.aws
+(imported inside the handlers so that `clusterkit --help` does not load them, nor boto3).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from clusterkit.cli.output import print_json
 from clusterkit.errors import ClusterkitError
 
 if TYPE_CHECKING:
+    from clusterkit.cluster.plan import Plan
     from clusterkit.findings import Finding
 
 
@@ -37,6 +38,8 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--key-name", metavar="K", help="EC2 key pair for SSH (overrides the spec)")
     source.add_argument("--output-config", metavar="FILE",
                         help="write the ParallelCluster config here (default: print it)")
+    source.add_argument("--custom-ami", metavar="NAME_OR_ID",
+                        help="boot nodes from this AMI (name or ami- id, looked up on AWS; not used by --dry-run)")
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -56,12 +59,9 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_aws_create(args: argparse.Namespace) -> int:
-    """`create-cluster --provider aws`: with --dry-run, render and check offline; without, not available yet."""
+    """`create-cluster --provider aws`: with --dry-run, render and check offline; without, create on AWS."""
     from clusterkit.cluster.plan import SpecOverrides, apply_overrides, plan, spec_data, write_atomically
 
-    if not getattr(args, "dry_run", False):
-        raise ClusterkitError("creating clusters on AWS is not available yet",
-                              fix="add --dry-run to render and check the ParallelCluster config offline")
     if not getattr(args, "name", None):
         raise ClusterkitError("create-cluster needs --name", fix="e.g. --name train-p4de")
     overrides = SpecOverrides(name=args.name, region=getattr(args, "region", None),
@@ -70,6 +70,8 @@ def run_aws_create(args: argparse.Namespace) -> int:
     checked = plan(apply_overrides(data, overrides))
     output_config = getattr(args, "output_config", None)
     as_json = getattr(args, "output", "table") == "json"
+    if not getattr(args, "dry_run", False):
+        return _create_on_aws(args, checked, output_config, as_json)
 
     if checked.ok and output_config:
         write_atomically(output_config, checked.config_text)  # type: ignore[arg-type]
@@ -95,6 +97,51 @@ def run_aws_create(args: argparse.Namespace) -> int:
     if output_config:
         print(f"wrote {output_config}", file=report)
     return 0
+
+
+def _create_on_aws(args: argparse.Namespace, checked: Plan, output_config: str | None, as_json: bool) -> int:
+    """Resolve on AWS, ParallelCluster dry run, create, follow the stack, save the record."""
+    from clusterkit.cli.output import progress
+    from clusterkit.findings import Level
+    from clusterkit.providers.aws import Aws, AwsCluster, prepare
+
+    if not checked.ok:
+        return _refuse(checked.findings, as_json, "the spec has errors: nothing was created")
+    say = (lambda _: None) if as_json else progress
+    aws = Aws(checked.spec.region)  # type: ignore[union-attr]
+    prepared = prepare(checked, aws, custom_ami=getattr(args, "custom_ami", None), progress=say)
+    if not prepared.ok:
+        return _refuse(prepared.findings, as_json, "AWS or ParallelCluster refused the cluster: nothing was created")
+    if output_config:
+        import yaml
+
+        from clusterkit.cluster.plan import write_atomically
+
+        write_atomically(output_config, yaml.safe_dump(prepared.config, sort_keys=False, width=1000))
+    if not as_json:
+        _print_findings([f for f in prepared.findings if f.level is not Level.INFO], sys.stderr)
+        for key, value in (prepared.resolution.chosen if prepared.resolution else {}).items():
+            say(f"chose {key}: {value}")
+    cluster = AwsCluster.create(prepared, aws, progress=say)
+    info = cluster.describe()
+    if as_json:
+        print_json({**info, "chosen": prepared.resolution.chosen if prepared.resolution else {},
+                    "findings": [finding.to_dict() for finding in prepared.findings]})
+        return 0
+    head = info.get("head_node") or {}
+    address = head.get("public_ip") or head.get("private_ip")
+    print(f"cluster {cluster.name!r} is {info['status']} in {cluster.region}"
+          + (f"; head node {address}" if address else ""))
+    return 0
+
+
+def _refuse(findings: list[Finding], as_json: bool, summary: str) -> int:
+    if as_json:
+        print_json({"created": False, "findings": [finding.to_dict() for finding in findings]})
+    else:
+        _print_findings(findings, sys.stderr)
+        print(summary, file=sys.stderr)
+    return 1
 
 
 def _print_findings(findings: list[Finding], stream) -> None:  # noqa: ANN001 - a text stream

@@ -1,4 +1,4 @@
-"""Cluster providers: `local` (a real Slurm cluster on this machine) and, later, `aws` (ParallelCluster).
+"""Cluster providers: `local` (a real Slurm cluster on this machine) and `aws` (AWS ParallelCluster).
 
 `open_cluster` is the one way from a cluster name to the object that manages it.
 """
@@ -12,16 +12,21 @@ from clusterkit import registry
 from clusterkit.errors import ClusterkitError
 
 if TYPE_CHECKING:
+    from clusterkit.providers.aws.cluster import AwsCluster
     from clusterkit.providers.local.cluster import LocalCluster
 
 
-def open_cluster(name: str) -> LocalCluster:
+def open_cluster(name: str) -> LocalCluster | AwsCluster:
     """The provider object for a registered cluster, chosen by its record."""
     record = registry.load(name)
     if record.provider == "local":
         from clusterkit.providers.local.cluster import LocalCluster
 
         return LocalCluster(record)
+    if record.provider == "aws":
+        from clusterkit.providers.aws.cluster import AwsCluster
+
+        return AwsCluster(record)
     raise ClusterkitError(f"cluster {name!r} uses provider {record.provider!r}, which this version cannot manage")
 
 

@@ -94,8 +94,15 @@ def test_json_output_of_a_bad_spec(tmp_path: Path, capsys: pytest.CaptureFixture
     assert any(f["path"] == "os" and f["level"] == "error" for f in result["findings"])
 
 
-def test_without_dry_run_creating_is_not_available_yet() -> None:
-    with pytest.raises(ClusterkitError, match="not available yet"):
+def test_without_dry_run_it_goes_to_aws_and_says_when_there_are_no_credentials(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No keys, files or instance metadata: botocore fails while signing, before anything is sent.
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(ClusterkitError, match="no AWS credentials found"):
         _run(["create-cluster", "--preset", "p4de", "--name", "train"])
 
 

@@ -1,0 +1,365 @@
+"""Resolve what a cluster spec leaves open, and check what it names, against one AWS account and region.
+
+`resolve(spec, aws)` picks a subnet (in the default VPC, in an Availability Zone that offers every
+compute instance type and holds the capacity reservations) when the spec has none, and checks the
+named subnets, capacity reservations and Capacity Blocks, key pair, FSx file systems, S3 buckets
+and custom AMI. Problems are findings on the spec's fields; credential and permission problems
+raise AccessProblem from `access.call`. This is the only module here that asks EC2, FSx and S3.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from clusterkit.cluster.spec import ClusterSpec, ComputeSpec, QueueSpec
+from clusterkit.findings import Finding, Level, has_errors
+from clusterkit.providers.aws.access import Aws, call
+
+USABLE_RESERVATION_STATES = ("active", "scheduled")
+
+
+@dataclass
+class Resolution:
+    """The spec with its open fields filled in, what was chosen, and every problem found."""
+
+    spec: ClusterSpec
+    findings: list[Finding] = field(default_factory=list)
+    chosen: dict[str, str] = field(default_factory=dict)  # e.g. subnet_id, availability_zone, image_id
+
+    @property
+    def ok(self) -> bool:
+        return not has_errors(self.findings)
+
+    @property
+    def image_id(self) -> str | None:
+        return self.chosen.get("image_id")
+
+
+def resolve(spec: ClusterSpec, aws: Aws, custom_ami: str | None = None) -> Resolution:
+    """Fill in the subnet and check every AWS resource the spec names; the input spec is not changed."""
+    resolution = Resolution(spec=copy.deepcopy(spec))
+    lookup = _Lookup(aws)
+    reservations = _check_reservations(resolution, lookup)
+    _choose_subnet(resolution, lookup, reservations)
+    _check_subnets(resolution, lookup, reservations)
+    _check_key_pair(resolution, lookup)
+    _check_storage(resolution, lookup)
+    if custom_ami:
+        _find_image(resolution, lookup, custom_ami)
+    return resolution
+
+
+class _Lookup:
+    """The EC2/FSx/S3 questions resolution asks, each asked once."""
+
+    def __init__(self, aws: Aws) -> None:
+        self.aws = aws
+        self.region = aws.region
+        self._offerings: dict[str, set[str]] = {}
+        self._subnets: dict[str, dict[str, Any] | None] = {}
+
+    def azs_offering(self, instance_type: str) -> set[str]:
+        if instance_type not in self._offerings:
+            zones: set[str] = set()
+            params: dict[str, Any] = {"LocationType": "availability-zone",
+                                      "Filters": [{"Name": "instance-type", "Values": [instance_type]}]}
+            while True:
+                page = call(self.aws, "ec2", "describe_instance_type_offerings", **params)
+                zones |= {offer["Location"] for offer in page.get("InstanceTypeOfferings", [])}
+                if not page.get("NextToken"):
+                    break
+                params["NextToken"] = page["NextToken"]
+            self._offerings[instance_type] = zones
+        return self._offerings[instance_type]
+
+    def network_cards(self, instance_type: str) -> int:
+        types = call(self.aws, "ec2", "describe_instance_types", InstanceTypes=[instance_type]).get("InstanceTypes", [])
+        return int(types[0].get("NetworkInfo", {}).get("MaximumNetworkCards", 1)) if types else 1
+
+    def subnet(self, subnet_id: str) -> dict[str, Any] | None:
+        if subnet_id not in self._subnets:
+            self._subnets[subnet_id] = _first(self._ask_or_none(
+                "ec2", "describe_subnets", "Subnets", ("InvalidSubnetID.NotFound", "InvalidSubnetID.Malformed"),
+                SubnetIds=[subnet_id]))
+        return self._subnets[subnet_id]
+
+    def default_vpc(self) -> dict[str, Any] | None:
+        vpcs = call(self.aws, "ec2", "describe_vpcs", Filters=[{"Name": "is-default", "Values": ["true"]}])
+        return _first(vpcs.get("Vpcs", []))
+
+    def subnets_of(self, vpc_id: str) -> list[dict[str, Any]]:
+        return call(self.aws, "ec2", "describe_subnets",
+                    Filters=[{"Name": "vpc-id", "Values": [vpc_id]}]).get("Subnets", [])
+
+    def reservation(self, reservation_id: str) -> dict[str, Any] | None:
+        return _first(self._ask_or_none(
+            "ec2", "describe_capacity_reservations", "CapacityReservations",
+            ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"),
+            CapacityReservationIds=[reservation_id]))
+
+    def key_pair(self, name: str) -> dict[str, Any] | None:
+        return _first(self._ask_or_none("ec2", "describe_key_pairs", "KeyPairs", ("InvalidKeyPair.NotFound",),
+                                        KeyNames=[name]))
+
+    def file_system(self, file_system_id: str) -> dict[str, Any] | None:
+        return _first(self._ask_or_none("fsx", "describe_file_systems", "FileSystems", ("FileSystemNotFound",),
+                                        FileSystemIds=[file_system_id]))
+
+    def images(self, name_or_id: str) -> list[dict[str, Any]]:
+        if name_or_id.startswith("ami-"):
+            return self._ask_or_none("ec2", "describe_images", "Images",
+                                     ("InvalidAMIID.NotFound", "InvalidAMIID.Malformed"), ImageIds=[name_or_id])
+        return call(self.aws, "ec2", "describe_images",
+                    Filters=[{"Name": "name", "Values": [name_or_id]}]).get("Images", [])
+
+    def bucket_status(self, bucket: str) -> str:
+        """'ok', 'missing' or 'forbidden' (HeadBucket answers 403 for a bucket of another account)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            call(self.aws, "s3", "head_bucket", Bucket=bucket)
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "")
+            if code in ("404", "NoSuchBucket"):
+                return "missing"
+            if code == "403":
+                return "forbidden"
+            raise
+        return "ok"
+
+    def _ask_or_none(self, service: str, operation: str, key: str, not_found: tuple[str, ...],
+                     **params: Any) -> list[dict[str, Any]]:
+        from botocore.exceptions import ClientError
+
+        try:
+            return call(self.aws, service, operation, **params).get(key, [])
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in not_found:
+                return []
+            raise
+
+
+def _first(items: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return items[0] if items else None
+
+
+def _error(resolution: Resolution, path: str, message: str, fix: str, value: object = None) -> None:
+    resolution.findings.append(Finding(Level.ERROR, path, message, fix=fix, value=value))
+
+
+def _compute_resources(spec: ClusterSpec) -> list[tuple[str, QueueSpec, ComputeSpec]]:
+    return [(f"queues[{qi}].compute[{ci}]", queue, compute)
+            for qi, queue in enumerate(spec.queues) for ci, compute in enumerate(queue.compute)]
+
+
+# ----- capacity reservations and Capacity Blocks ------------------------------------------------
+
+def _check_reservations(resolution: Resolution, lookup: _Lookup) -> dict[str, dict[str, Any]]:
+    """The usable reservations by compute-resource path; mismatches become findings."""
+    usable: dict[str, dict[str, Any]] = {}
+    region = lookup.region
+    for path, queue, compute in _compute_resources(resolution.spec):
+        reservation_id = compute.capacity_reservation_id
+        if not reservation_id:
+            continue
+        field_path = f"{path}.capacity_reservation_id"
+        reservation = lookup.reservation(reservation_id)
+        if reservation is None:
+            _error(resolution, field_path, f"capacity reservation {reservation_id} not found in {region}",
+                   "check the id and --region (`aws ec2 describe-capacity-reservations`)", reservation_id)
+            continue
+        kind = "Capacity Block" if reservation.get("ReservationType") == "capacity-block" else "capacity reservation"
+        state = reservation.get("State", "unknown")
+        problems = len(resolution.findings)
+        if state not in USABLE_RESERVATION_STATES:
+            _error(resolution, field_path, f"{kind} {reservation_id} in {region} is {state}",
+                   f"use an active or scheduled {kind}; this one can no longer launch instances", reservation_id)
+        if reservation.get("InstanceType") != compute.instance_type:
+            _error(resolution, field_path,
+                   f"{kind} {reservation_id} holds {reservation.get('InstanceType')}, but compute resource "
+                   f"{compute.name!r} launches {compute.instance_type}",
+                   f"set instance_type to {reservation.get('InstanceType')} or use a reservation for "
+                   f"{compute.instance_type}", reservation_id)
+        total = int(reservation.get("TotalInstanceCount", 0))
+        if total < compute.effective_max_count:
+            _error(resolution, field_path,
+                   f"{kind} {reservation_id} holds {total} instances, but compute resource {compute.name!r} "
+                   f"may launch {compute.effective_max_count} (max_count)",
+                   f"set max_count to at most {total}, or reserve more capacity", reservation_id)
+        if len(resolution.findings) == problems:
+            usable[path] = reservation
+    return usable
+
+
+# ----- subnets ------------------------------------------------------------------------------------
+
+def _choose_subnet(resolution: Resolution, lookup: _Lookup, reservations: dict[str, dict[str, Any]]) -> None:
+    spec, region = resolution.spec, lookup.region
+    # Only the head node and the queues without their own subnet_ids use spec.subnet_id.
+    head = spec.head_node.subnet_id is None
+    computes = [(path, queue, compute) for path, queue, compute in _compute_resources(spec) if not queue.subnet_ids]
+    if spec.subnet_id or not (head or computes):
+        return
+    types = sorted({compute.instance_type for _, _, compute in computes}
+                   | ({spec.head_node.instance_type} if head else set()))
+    zones: set[str] | None = None
+    for instance_type in types:
+        offered = lookup.azs_offering(instance_type)
+        zones = offered if zones is None else zones & offered
+    reserved = {reservations[path]["AvailabilityZone"] for path, _, _ in computes if path in reservations}
+    if reserved:
+        zones = (zones or set()) & reserved
+    if not zones:
+        where = f" together with reservations in {', '.join(sorted(reserved))}" if reserved else ""
+        _error(resolution, "subnet_id", f"no Availability Zone in {region} offers {', '.join(types)}{where}",
+               "use another region, or give queues with different instance types their own subnet_ids")
+        return
+    vpc = lookup.default_vpc()
+    if vpc is None:
+        _error(resolution, "subnet_id", f"no subnet given and {region} has no default VPC",
+               f"pass --subnet-id of a subnet in {', '.join(sorted(zones))}")
+        return
+    candidates = [subnet for subnet in lookup.subnets_of(vpc["VpcId"])
+                  if subnet.get("AvailabilityZone") in zones and subnet.get("State", "available") == "available"]
+    if not candidates:
+        _error(resolution, "subnet_id",
+               f"the default VPC {vpc['VpcId']} in {region} has no subnet in {', '.join(sorted(zones))}, "
+               f"where {', '.join(types)} are offered",
+               "create a subnet in one of those zones and pass --subnet-id")
+        return
+    # Instances with several network cards get no public IP: ParallelCluster wants them in a private subnet.
+    multi_card = [t for t in sorted({c.instance_type for _, _, c in computes}) if lookup.network_cards(t) > 1]
+    if multi_card:
+        candidates = [subnet for subnet in candidates if not subnet.get("MapPublicIpOnLaunch")]
+        if not candidates:
+            _error(resolution, "subnet_id",
+                   f"{', '.join(multi_card)} need a private subnet (several network cards get no public IP), and "
+                   f"the default VPC {vpc['VpcId']} in {region} has none in {', '.join(sorted(zones))}",
+                   "create a private subnet with a route to a NAT gateway there and pass --subnet-id")
+            return
+    # The most free addresses, then a stable order: the same account always gets the same choice.
+    best = min(candidates, key=lambda s: (-int(s.get("AvailableIpAddressCount", 0)), s["AvailabilityZone"],
+                                          s["SubnetId"]))
+    spec.subnet_id = best["SubnetId"]
+    resolution.chosen.update(subnet_id=best["SubnetId"], availability_zone=best["AvailabilityZone"],
+                             vpc_id=vpc["VpcId"])
+
+
+def _check_subnets(resolution: Resolution, lookup: _Lookup, reservations: dict[str, dict[str, Any]]) -> None:
+    spec, region = resolution.spec, lookup.region
+    head_subnet = spec.head_node.subnet_id or spec.subnet_id
+    if head_subnet is None:
+        return  # choosing failed and said why
+    # Each (field, subnet) once, with every instance type that will launch there.
+    needs: dict[tuple[str, str], set[str]] = {}
+    head_path = "head_node.subnet_id" if spec.head_node.subnet_id else "subnet_id"
+    needs.setdefault((head_path, head_subnet), set()).add(spec.head_node.instance_type)
+    for qi, queue in enumerate(spec.queues):
+        paths = ([f"queues[{qi}].subnet_ids[{si}]" for si in range(len(queue.subnet_ids))]
+                 if queue.subnet_ids else ["subnet_id"])
+        for path, subnet_id in zip(paths, spec.queue_subnets(queue)):
+            needs.setdefault((path, subnet_id), set()).update(c.instance_type for c in queue.compute)
+    zone_of: dict[str, str] = {}
+    for (path, subnet_id), instance_types in needs.items():
+        subnet = _check_subnet(resolution, lookup, path, subnet_id, sorted(instance_types))
+        if subnet is not None:
+            zone_of[subnet_id] = subnet["AvailabilityZone"]
+
+    for qi, queue in enumerate(spec.queues):
+        zones = sorted({zone_of[s] for s in spec.queue_subnets(queue) if s in zone_of})
+        for ci, compute in enumerate(queue.compute):
+            reservation = reservations.get(f"queues[{qi}].compute[{ci}]")
+            if reservation is None or not zones or reservation["AvailabilityZone"] in zones:
+                continue
+            _error(resolution, f"queues[{qi}].compute[{ci}].capacity_reservation_id",
+                   f"capacity reservation {compute.capacity_reservation_id} is in {reservation['AvailabilityZone']}, "
+                   f"but queue {queue.name!r} launches in {', '.join(zones)} ({region})",
+                   f"use a subnet in {reservation['AvailabilityZone']} (--subnet-id), or leave the subnet open "
+                   "to have one chosen there", compute.capacity_reservation_id)
+
+
+def _check_subnet(resolution: Resolution, lookup: _Lookup, path: str, subnet_id: str,
+                  instance_types: list[str]) -> dict[str, Any] | None:
+    """The subnet, when it exists; a finding for each instance type its Availability Zone lacks."""
+    subnet = lookup.subnet(subnet_id)
+    if subnet is None:
+        _error(resolution, path, f"subnet {subnet_id} not found in {lookup.region}",
+               "check the id and --region (`aws ec2 describe-subnets`)", subnet_id)
+        return None
+    zone = subnet["AvailabilityZone"]
+    multi_card = [t for t in instance_types if lookup.network_cards(t) > 1]
+    if multi_card and subnet.get("MapPublicIpOnLaunch"):
+        _error(resolution, path, f"subnet {subnet_id} gives public IPs, which {', '.join(multi_card)} (several "
+               "network cards) cannot have", "use a private subnet with a route to a NAT gateway", subnet_id)
+    for instance_type in instance_types:
+        offered = lookup.azs_offering(instance_type)
+        if zone in offered:
+            continue
+        elsewhere = (f"it is offered in {', '.join(sorted(offered))}" if offered
+                     else f"no zone of {lookup.region} offers it")
+        _error(resolution, path, f"{instance_type} is not offered in {zone}, the zone of subnet {subnet_id}; "
+               f"{elsewhere}", "choose a subnet in a zone that offers it", subnet_id)
+    return subnet
+
+
+# ----- key pair, storage, image -------------------------------------------------------------------
+
+def _check_key_pair(resolution: Resolution, lookup: _Lookup) -> None:
+    spec, region = resolution.spec, lookup.region
+    name = spec.ssh.key_name
+    if not name:
+        return
+    key = lookup.key_pair(name)
+    if key is None:
+        _error(resolution, "ssh.key_name", f"key pair {name!r} not found in {region}",
+               f"create it (`aws ec2 create-key-pair --key-type ed25519 --key-name {name} --region {region}`), "
+               "import yours, or pass another --key-name", name)
+    elif key.get("KeyType") == "rsa" and spec.os == "ubuntu2204":
+        _error(resolution, "ssh.key_name", f"key pair {name!r} is an RSA key, which ubuntu2204 does not accept",
+               "use an ed25519 key pair", name)
+
+
+def _check_storage(resolution: Resolution, lookup: _Lookup) -> None:
+    region = lookup.region
+    for index, lustre in enumerate(resolution.spec.storage.lustre):
+        path = f"storage.lustre[{index}]"
+        if lustre.file_system_id:
+            found = lookup.file_system(lustre.file_system_id)
+            if found is None:
+                _error(resolution, f"{path}.file_system_id",
+                       f"FSx file system {lustre.file_system_id} not found in {region}",
+                       "check the id and --region (`aws fsx describe-file-systems`)", lustre.file_system_id)
+            elif found.get("FileSystemType", "LUSTRE") != "LUSTRE":
+                _error(resolution, f"{path}.file_system_id",
+                       f"FSx file system {lustre.file_system_id} is {found['FileSystemType']}, not Lustre",
+                       "name an FSx for Lustre file system", lustre.file_system_id)
+        s3_paths = [(f"{path}.import_path", lustre.import_path), (f"{path}.export_path", lustre.export_path)]
+        s3_paths += [(f"{path}.data_repository_associations[{ai}].data_repository_path", a.data_repository_path)
+                     for ai, a in enumerate(lustre.data_repository_associations)]
+        for field_path, url in s3_paths:
+            if url and url.startswith("s3://"):
+                _check_bucket(resolution, lookup, field_path, url)
+
+
+def _check_bucket(resolution: Resolution, lookup: _Lookup, path: str, url: str) -> None:
+    bucket = url[len("s3://"):].split("/", 1)[0]
+    status = lookup.bucket_status(bucket)
+    if status == "missing":
+        _error(resolution, path, f"S3 bucket {bucket!r} does not exist", f"create it (`aws s3 mb s3://{bucket} "
+               f"--region {lookup.region}`) or fix the path", url)
+    elif status == "forbidden":
+        _error(resolution, path, f"S3 bucket {bucket!r} exists but this identity may not read it",
+               f"grant s3:ListBucket and s3:GetObject on {bucket}, or use a bucket of this account", url)
+
+
+def _find_image(resolution: Resolution, lookup: _Lookup, name_or_id: str) -> None:
+    images = [image for image in lookup.images(name_or_id) if image.get("State", "available") == "available"]
+    if not images:
+        _error(resolution, "image", f"AMI {name_or_id!r} not found in {lookup.region}",
+               "AMIs are regional: copy it to this region, or check the name or id (`aws ec2 describe-images`)",
+               name_or_id)
+        return
+    newest = max(images, key=lambda image: image.get("CreationDate", ""))
+    resolution.chosen["image_id"] = newest["ImageId"]

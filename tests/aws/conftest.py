@@ -1,0 +1,106 @@
+"""AWS tests: moto in-process with fake keys, and botocore-level fills for what moto lacks.
+
+moto 5.2 has no capacity reservations (DescribeCapacityReservations is not implemented); tests answer
+that call, and inject CloudFormation stack states and events, with `before-call` event handlers on the
+client, which return a canned response or raise the ClientError AWS would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+REGION = "us-east-1"
+FAKE_SECRET = "fake-secret-c0ffee-never-print-me"
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
+    """Fake keys, no profile, no endpoint, no config files and no instance metadata: nothing reaches AWS."""
+    for variable in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                     "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_SECRET)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture
+def mocked(aws_env: None) -> Iterator[None]:
+    from moto import mock_aws
+
+    with mock_aws():
+        yield
+
+
+@pytest.fixture
+def aws(mocked: None):  # noqa: ANN201
+    from clusterkit.providers.aws import Aws
+
+    return Aws(REGION)
+
+
+def answer(client: Any, operation: str, respond: Callable[[], dict[str, Any]]) -> None:
+    """Make `client.<operation>` return `respond()` (parsed response) without reaching moto."""
+    from botocore.awsrequest import AWSResponse
+
+    def handler(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        return AWSResponse("https://stub", 200, {}, None), {**respond(), "ResponseMetadata": {"HTTPStatusCode": 200}}
+
+    client.meta.events.register(f"before-call.{client.meta.service_model.service_id.hyphenize()}.{operation}",
+                                handler)
+
+
+def refuse(client: Any, operation: str, code: str, message: str) -> None:
+    """Make `client.<operation>` fail as AWS would, with this error code and message."""
+    from botocore.exceptions import ClientError
+
+    def handler(**_: Any) -> None:
+        raise ClientError({"Error": {"Code": code, "Message": message}}, operation)
+
+    client.meta.events.register(f"before-call.{client.meta.service_model.service_id.hyphenize()}.{operation}",
+                                handler)
+
+
+def reservation(reservation_id: str = "cr-0123456789abcdef0", instance_type: str = "p4de.24xlarge",
+                zone: str = "us-east-1c", count: int = 4, state: str = "active",
+                kind: str = "default") -> dict[str, Any]:
+    return {"CapacityReservationId": reservation_id, "InstanceType": instance_type, "AvailabilityZone": zone,
+            "TotalInstanceCount": count, "AvailableInstanceCount": count, "State": state,
+            "ReservationType": kind, "InstancePlatform": "Linux/UNIX"}
+
+
+def answer_reservations(ec2: Any, *reservations: dict[str, Any]) -> None:
+    """DescribeCapacityReservations as EC2 answers it: the named ids, or NotFound."""
+    from botocore.exceptions import ClientError
+
+    known = {r["CapacityReservationId"]: r for r in reservations}
+
+    def handler(params: dict[str, Any], **_: Any):  # noqa: ANN202
+        from botocore.awsrequest import AWSResponse
+
+        wanted = [value for key, value in params["body"].items() if key.startswith("CapacityReservationId.")]
+        missing = [i for i in wanted if i not in known]
+        if missing:
+            raise ClientError({"Error": {"Code": "InvalidCapacityReservationId.NotFound",
+                                         "Message": f"The capacity reservation ID '{missing[0]}' does not exist"}},
+                              "DescribeCapacityReservations")
+        return AWSResponse("https://stub", 200, {}, None), {"CapacityReservations": [known[i] for i in wanted]}
+
+    ec2.meta.events.register("before-call.ec2.DescribeCapacityReservations", handler)
+
+
+def private_subnets(ec2: Any, *zones: str) -> dict[str, str]:
+    """A private subnet (no public IPs) per zone in the default VPC, as GPU queues with several cards need."""
+    vpc = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
+    made = {}
+    for index, zone in enumerate(zones):
+        made[zone] = ec2.create_subnet(VpcId=vpc, CidrBlock=f"172.31.{128 + 16 * index}.0/20",
+                                       AvailabilityZone=zone)["Subnet"]["SubnetId"]
+    return made

@@ -1,0 +1,190 @@
+"""The cluster verbs on AWS end to end: moto for AWS, a fake in place of ParallelCluster."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusterkit import registry
+from clusterkit.cli import main
+from clusterkit.findings import Finding, Level
+from clusterkit.providers.aws import cluster as aws_cluster
+
+from .conftest import REGION, answer, answer_reservations, private_subnets, reservation
+from .fake_backend import FakeParallelCluster
+
+
+@pytest.fixture
+def backend(mocked: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeParallelCluster:
+    import boto3
+
+    private_subnets(boto3.client("ec2", region_name=REGION), "us-east-1b", "us-east-1c")
+    fake = FakeParallelCluster()
+    monkeypatch.setenv("CLUSTERKIT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(aws_cluster, "ParallelClusterBackend", lambda: fake)
+    monkeypatch.setattr(aws_cluster, "POLL_SECONDS", 0)
+    return fake
+
+
+def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def create(capsys: pytest.CaptureFixture, *extra: str) -> tuple[int, str, str]:
+    return run(capsys, "create-cluster", "--preset", "p4de", "--name", "train", "--region", REGION, *extra)
+
+
+def test_create_describe_list_update_delete(backend: FakeParallelCluster, capsys: pytest.CaptureFixture,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, err = create(capsys)
+    assert code == 0, err
+    assert out.startswith("cluster 'train' is running in us-east-1; head node 10.0.0.10")
+    assert "ParallelCluster dry run" in err and "chose availability_zone: us-east-1" in err
+    assert "train: CREATE_COMPLETE" in err
+    assert [call[0] for call in backend.calls] == ["dry_run", "create"]
+    config = backend.calls[1][2]
+    assert config["HeadNode"]["Networking"]["SubnetId"].startswith("subnet-")
+    assert config["HeadNode"]["Networking"]["SubnetId"] != "subnet-00000000000000000"
+
+    record = registry.load("train")
+    assert record.provider == "aws" and record.details["region"] == REGION
+    assert yaml.safe_load(Path(record.details["config_file"]).read_text()) == config
+
+    code, out, _ = run(capsys, "describe-cluster", "train", "--output", "json")
+    described = json.loads(out)
+    assert (described["provider"], described["status"], described["stack_status"]) == ("aws", "running",
+                                                                                        "CREATE_COMPLETE")
+    code, out, _ = run(capsys, "describe-cluster", "train")
+    assert "region us-east-1, stack train (CREATE_COMPLETE)" in out and "i-0head" in out
+
+    code, out, _ = run(capsys, "list-clusters", "--output", "json")
+    assert [(c["name"], c["provider"], c["status"]) for c in json.loads(out)] == [("train", "aws", "running")]
+
+    code, out, err = run(capsys, "update-cluster", "train", "--queue", "train", "--max-count", "8",
+                         "--min-count", "2", "--output", "json")
+    assert code == 0, err
+    assert json.loads(out)["compute_resources"] == [{"name": "p4de-24xl", "min_count": 2, "max_count": 8}]
+    saved = yaml.safe_load(Path(record.details["config_file"]).read_text())
+    resized = saved["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]
+    assert (resized["MinCount"], resized["MaxCount"]) == (2, 8)
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal
+    code, _, err = run(capsys, "delete-cluster", "train")
+    assert code == 1
+    assert err.strip() == ("error: deleting AWS cluster 'train' needs confirmation and there is no terminal to ask "
+                           "(pass --yes)")
+    assert registry.exists("train")
+
+    code, out, _ = run(capsys, "delete-cluster", "train", "--yes", "--output", "json")
+    assert code == 0 and json.loads(out)["deleted"] is True
+    assert not registry.exists("train") and not Path(record.details["config_file"]).exists()
+    assert backend.calls[-1][0] == "delete"
+
+
+def test_create_json_output(backend: FakeParallelCluster, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = create(capsys, "--output", "json")
+    assert code == 0 and err == ""
+    result = json.loads(out)
+    assert result["status"] == "running" and result["chosen"]["availability_zone"] in ("us-east-1b", "us-east-1c")
+    assert any(f["path"] == "parallelcluster.DeletionPolicyValidator" for f in result["findings"])
+
+
+def test_findings_stop_the_create_before_anything_is_made(backend: FakeParallelCluster,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    code, out, err = create(capsys, "--key-name", "nobody", "--output", "json")
+    assert code == 1
+    result = json.loads(out)
+    assert result["created"] is False
+    assert [f["path"] for f in result["findings"] if f["level"] == "error"] == ["ssh.key_name"]
+    assert backend.calls == [] and not registry.exists("train")
+
+
+def test_a_parallelcluster_rejection_is_printed_and_nothing_is_created(backend: FakeParallelCluster,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    backend.dry_run_findings = [Finding(Level.ERROR, "parallelcluster.EfaValidator", "EFA needs a placement group")]
+    code, _, err = create(capsys)
+    assert code == 1
+    assert "error: parallelcluster.EfaValidator: EFA needs a placement group" in err
+    assert "nothing was created" in err
+    assert [call[0] for call in backend.calls] == ["dry_run"] and not registry.exists("train")
+
+
+def test_a_failing_stack_says_why_and_keeps_the_record_for_delete(backend: FakeParallelCluster,
+                                                                  capsys: pytest.CaptureFixture,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from clusterkit.providers.aws import access
+
+    original = access.Aws.client
+
+    def client(self, service: str):  # noqa: ANN001, ANN202
+        made = original(self, service)
+        if service == "cloudformation" and not getattr(made, "_failing", False):
+            made._failing = True
+            answer(made, "DescribeStacks", lambda: {"Stacks": [{"StackName": "train", "StackStatus": "CREATE_FAILED",
+                                                                "CreationTime": "2026-01-01T00:00:00Z"}]})
+            answer(made, "DescribeStackEvents", lambda: {"StackEvents": [{
+                "StackId": "s", "EventId": "1", "StackName": "train", "LogicalResourceId": "ComputeFleet",
+                "ResourceType": "AWS::EC2::Instance", "Timestamp": "2026-01-01T00:05:00Z",
+                "ResourceStatus": "CREATE_FAILED",
+                "ResourceStatusReason": "We currently do not have sufficient p4de.24xlarge capacity in the "
+                                        "Availability Zone you requested (InsufficientInstanceCapacity)"}]})
+        return made
+
+    monkeypatch.setattr(access.Aws, "client", client)
+    code, _, err = create(capsys)
+    assert code == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: stack train: create failed (CREATE_FAILED) at ComputeFleet (AWS::EC2::Instance): "
+                           "We currently do not have sufficient p4de.24xlarge capacity")
+    assert "try another zone" in last and "clusterkit delete-cluster train" in last
+    assert registry.exists("train")
+
+
+def test_capacity_reservation_flows_into_the_config(backend: FakeParallelCluster, capsys: pytest.CaptureFixture,
+                                                    tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from clusterkit.providers.aws import access
+
+    original = access.Aws.client
+
+    def client(self, service: str):  # noqa: ANN001, ANN202
+        made = original(self, service)
+        if service == "ec2" and not getattr(made, "_reserved", False):
+            made._reserved = True
+            answer_reservations(made, reservation(zone="us-east-1c"))
+        return made
+
+    monkeypatch.setattr(access.Aws, "client", client)
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "cluster-configs" / "p4de.yaml").read_text())
+    spec["queues"][0]["compute"][0]["capacity_reservation_id"] = "cr-0123456789abcdef0"
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    code, out, err = run(capsys, "create-cluster", "--file", str(spec_file), "--name", "train", "-o", "json")
+    assert code == 0, out + err
+    assert json.loads(out)["chosen"]["availability_zone"] == "us-east-1c"
+    resource = backend.calls[1][2]["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]
+    assert resource["CapacityReservationTarget"] == {"CapacityReservationId": "cr-0123456789abcdef0"}
+    assert resource["Networking"]["PlacementGroup"] == {"Enabled": False}
+
+
+def test_update_of_an_unknown_queue_and_of_a_local_cluster(backend: FakeParallelCluster,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    assert create(capsys)[0] == 0
+    code, _, err = run(capsys, "update-cluster", "train", "--queue", "gpu", "--max-count", "4")
+    assert code == 1 and err.strip() == "error: no queue 'gpu' (queues: train, cpu)"
+    registry.save(registry.ClusterRecord(name="dev", provider="local", created="2026-01-01T00:00:00+00:00",
+                                         details={}))
+    code, _, err = run(capsys, "update-cluster", "dev", "--queue", "x", "--max-count", "4")
+    assert code == 1 and "is a local cluster, whose size is fixed" in err
+
+
+def test_dry_run_stays_offline(aws_env: None, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(variable)
+    code, out, _ = create(capsys, "--dry-run", "--output", "json")
+    assert code == 0 and json.loads(out)["config"]["Region"] == REGION

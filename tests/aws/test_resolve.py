@@ -1,0 +1,181 @@
+"""Resolving a spec against an account (moto, plus capacity reservations answered at the botocore level)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from clusterkit.cluster import preset
+from clusterkit.cluster.spec import ClusterSpec, LustreSpec
+from clusterkit.findings import Level
+from clusterkit.providers.aws import resolve
+
+from .conftest import REGION, answer_reservations, private_subnets, refuse, reservation
+
+def p4de(**changes: object) -> ClusterSpec:
+    spec = preset("p4de")
+    spec.name = "train"
+    spec.pyxis.enabled = False
+    return dataclasses.replace(spec, **changes)
+
+
+def private_subnet(aws, zone: str) -> str:  # noqa: ANN001
+    return private_subnets(aws.client("ec2"), zone)[zone]
+
+
+def errors(resolution) -> list[str]:  # noqa: ANN001
+    return [f"{f.path}: {f.message} ({f.fix})" for f in resolution.findings if f.level is Level.ERROR]
+
+
+def with_reservation(spec: ClusterSpec, reservation_id: str = "cr-0123456789abcdef0") -> ClusterSpec:
+    spec.queues[0].compute[0].capacity_reservation_id = reservation_id
+    return spec
+
+
+def test_without_a_subnet_a_private_one_is_chosen_where_every_compute_type_is_offered(aws) -> None:  # noqa: ANN001
+    made = private_subnets(aws.client("ec2"), "us-east-1a", "us-east-1c")
+    spec = p4de()
+    resolution = resolve(spec, aws)
+    assert resolution.ok, errors(resolution)
+    assert resolution.chosen["subnet_id"] == made["us-east-1c"]
+    assert resolution.spec.subnet_id == resolution.chosen["subnet_id"] != spec.subnet_id
+    assert spec.subnet_id is None  # the input spec is left alone
+
+
+def test_only_public_subnets_in_the_default_vpc_is_an_error_for_several_network_cards(aws) -> None:  # noqa: ANN001
+    (message,) = errors(resolve(p4de(), aws))
+    assert message.startswith("subnet_id: p4de.24xlarge need a private subnet (several network cards get no public "
+                              "IP), and the default VPC vpc-")
+    assert "NAT gateway" in message
+
+
+def test_a_given_public_subnet_is_an_error_for_several_network_cards(aws) -> None:  # noqa: ANN001
+    ec2 = aws.client("ec2")
+    public = ec2.describe_subnets(Filters=[{"Name": "availability-zone", "Values": ["us-east-1b"]}])
+    subnet = public["Subnets"][0]["SubnetId"]
+    (message,) = errors(resolve(p4de(subnet_id=subnet), aws))
+    assert message.startswith(f"subnet_id: subnet {subnet} gives public IPs, which p4de.24xlarge")
+
+
+def test_a_given_subnet_in_a_zone_without_the_instance_type_is_an_error(aws) -> None:  # noqa: ANN001
+    subnet = private_subnet(aws, "us-east-1a")
+    resolution = resolve(p4de(subnet_id=subnet), aws)
+    (message,) = errors(resolution)
+    assert message.startswith(f"subnet_id: p4de.24xlarge is not offered in us-east-1a, the zone of subnet {subnet}")
+    assert "us-east-1b, us-east-1c" in message
+
+
+def test_an_unknown_subnet_names_the_region(aws) -> None:  # noqa: ANN001
+    resolution = resolve(p4de(subnet_id="subnet-0123456789abcdef0"), aws)
+    assert errors(resolution) == [f"subnet_id: subnet subnet-0123456789abcdef0 not found in {REGION} "
+                                  "(check the id and --region (`aws ec2 describe-subnets`))"]
+
+
+def test_a_reservation_decides_the_zone_of_the_chosen_subnet(aws) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1b", "us-east-1c")
+    answer_reservations(aws.client("ec2"), reservation(zone="us-east-1c", count=4))
+    resolution = resolve(with_reservation(p4de()), aws)
+    assert resolution.ok, errors(resolution)
+    assert resolution.chosen["availability_zone"] == "us-east-1c"
+
+
+def test_a_scheduled_capacity_block_is_usable(aws) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1b", "us-east-1c")
+    answer_reservations(aws.client("ec2"), reservation(state="scheduled", kind="capacity-block", zone="us-east-1b"))
+    resolution = resolve(with_reservation(p4de()), aws)
+    assert resolution.ok, errors(resolution)
+    assert resolution.chosen["availability_zone"] == "us-east-1b"
+
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({"instance_type": "p5.48xlarge"}, "holds p5.48xlarge, but compute resource 'p4de-24xl' launches p4de.24xlarge"),
+    ({"count": 2}, "holds 2 instances, but compute resource 'p4de-24xl' may launch 4 (max_count)"),
+    ({"state": "expired"}, f"capacity reservation cr-0123456789abcdef0 in {REGION} is expired"),
+    ({"state": "expired", "kind": "capacity-block"}, f"Capacity Block cr-0123456789abcdef0 in {REGION} is expired"),
+])
+def test_reservation_mismatches_are_errors_on_the_reservation_field(aws, changes, expected) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1c")
+    answer_reservations(aws.client("ec2"), reservation(**changes))
+    resolution = resolve(with_reservation(p4de()), aws)
+    messages = errors(resolution)
+    assert any(m.startswith("queues[0].compute[0].capacity_reservation_id: ") and expected in m for m in messages), \
+        messages
+
+
+def test_a_reservation_in_another_zone_than_the_subnet(aws) -> None:  # noqa: ANN001
+    answer_reservations(aws.client("ec2"), reservation(zone="us-east-1c"))
+    subnet = private_subnet(aws, "us-east-1b")
+    resolution = resolve(with_reservation(p4de(subnet_id=subnet)), aws)
+    (message,) = errors(resolution)
+    assert "is in us-east-1c, but queue 'train' launches in us-east-1b" in message
+    assert "use a subnet in us-east-1c" in message
+
+
+def test_an_unknown_reservation(aws) -> None:  # noqa: ANN001
+    answer_reservations(aws.client("ec2"))
+    resolution = resolve(with_reservation(p4de(), "cr-0fffffffffffffff0"), aws)
+    assert errors(resolution)[0].startswith(
+        f"queues[0].compute[0].capacity_reservation_id: capacity reservation cr-0fffffffffffffff0 not found in {REGION}")
+
+
+def test_a_missing_key_pair_says_how_to_create_it(aws) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1b")
+    spec = p4de()
+    spec.ssh.key_name = "alice"
+    (message,) = errors(resolve(spec, aws))
+    assert message.startswith(f"ssh.key_name: key pair 'alice' not found in {REGION}")
+    assert "aws ec2 create-key-pair --key-type ed25519 --key-name alice" in message
+
+
+def test_an_existing_key_pair_passes(aws) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1b")
+    aws.client("ec2").create_key_pair(KeyName="alice", KeyType="ed25519")
+    spec = p4de()
+    spec.ssh.key_name = "alice"
+    assert resolve(spec, aws).ok
+
+
+def test_missing_fsx_and_bucket_are_named(aws) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1b")
+    spec = p4de()
+    spec.storage.lustre = [LustreSpec(file_system_id="fs-0123456789abcdef0"),
+                           LustreSpec(name="data", mount_dir="/data", import_path="s3://no-such-bucket/train")]
+    messages = errors(resolve(spec, aws))
+    assert any(m.startswith(f"storage.lustre[0].file_system_id: FSx file system fs-0123456789abcdef0 not found in "
+                            f"{REGION}") for m in messages), messages
+    assert any(m.startswith("storage.lustre[1].import_path: S3 bucket 'no-such-bucket' does not exist")
+               for m in messages), messages
+
+
+def test_an_existing_bucket_passes(aws) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1b")
+    aws.client("s3").create_bucket(Bucket="training-data")
+    spec = p4de()
+    spec.storage.lustre = [LustreSpec(import_path="s3://training-data/shards")]
+    assert resolve(spec, aws).ok
+
+
+def test_custom_ami_by_name_and_by_id(aws) -> None:  # noqa: ANN001
+    private_subnets(aws.client("ec2"), "us-east-1b")
+    ec2 = aws.client("ec2")
+    image_id = ec2.register_image(Name="my-training-ami-2026", RootDeviceName="/dev/sda1",
+                                  BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 60}}])["ImageId"]
+    assert resolve(p4de(), aws, custom_ami="my-training-ami-2026").image_id == image_id
+    assert resolve(p4de(), aws, custom_ami=image_id).image_id == image_id
+    (message,) = errors(resolve(p4de(), aws, custom_ami="ami-0123456789abcdef0"))
+    assert message.startswith(f"image: AMI 'ami-0123456789abcdef0' not found in {REGION}")
+
+
+def test_a_denied_lookup_names_the_permission(aws) -> None:  # noqa: ANN001
+    from clusterkit.providers.aws import AccessProblem
+
+    refuse(aws.client("ec2"), "DescribeInstanceTypeOfferings", "UnauthorizedOperation",
+           "You are not authorized to perform this operation. User: arn:aws:iam::123456789012:user/bob is not "
+           "authorized to perform: ec2:DescribeInstanceTypeOfferings because no identity-based policy allows it. "
+           "Encoded authorization failure message: abc")
+    with pytest.raises(AccessProblem) as raised:
+        resolve(p4de(), aws)
+    assert str(raised.value) == (f"permission denied in {REGION}: this identity may not call "
+                                 "ec2:DescribeInstanceTypeOfferings (grant ec2:DescribeInstanceTypeOfferings to this "
+                                 "identity in IAM)")
