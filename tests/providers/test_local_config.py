@@ -43,7 +43,7 @@ def test_ports_are_distinct_and_contiguous():
 
 def test_fast_failure_settings_are_on():
     text = render_slurm_conf(config(), LAYOUT)
-    for setting in ("SlurmdTimeout=5", "JobRequeue=1", "ReturnToService=1", "cred_expire=10",
+    for setting in ("SlurmdTimeout=5", "JobRequeue=1", "ReturnToService=1", "cred_expire=5",
                     "AccountingStorageType=accounting_storage/slurmdbd"):
         assert setting in text
 

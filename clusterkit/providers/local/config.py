@@ -145,7 +145,7 @@ def render_slurm_conf(config: LocalClusterConfig, layout: LocalLayout) -> str:
         # job is eligible again within seconds, not two minutes.
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={layout.munge_socket},cred_expire=10",
+        f"AuthInfo=socket={layout.munge_socket},cred_expire=5",
         f"StateSaveLocation={layout.state}",
         f"SlurmdSpoolDir={layout.spool}/%n",
         f"SlurmctldPidFile={layout.pid_file('slurmctld')}",
