@@ -16,7 +16,7 @@ from pathlib import Path
 from clusterkit.jobs import records
 from clusterkit.jobs.handle import JobHandle
 from clusterkit.jobs.submit import job_handle, submit_script
-from clusterkit.resilience.supervisor import DECISIONS_LOG, NODE_FAILURE
+from clusterkit.resilience.supervisor import DECISIONS_LOG, NODE_FAILURE, TERMINATED
 from clusterkit.slurm import AccountingRecord
 
 # Ends after which the same script, rerun on other nodes, is expected to succeed.
@@ -48,7 +48,7 @@ def classify(attempt: AccountingRecord, attempt_index: int, record: records.JobR
     if state in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING", "SUSPENDED"):
         return "in progress"
     made = [d for d in decisions(record) if d.get("attempt") == f"{attempt.job_id}.{attempt_index}"]
-    if made:
+    if made and made[-1]["decision"] != TERMINATED:  # "terminated": Slurm's state says why
         return made[-1]["decision"]
     return {"COMPLETED": "completed", "NODE_FAIL": "node_failure", "BOOT_FAIL": "node_failure",
             "TIMEOUT": "time_limit", "PREEMPTED": "preempted", "CANCELLED": "cancelled",
