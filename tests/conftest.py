@@ -7,8 +7,12 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from clusterkit.providers.local.cluster import LocalCluster
 
 # Every test runs with its own clusterkit home; nothing touches ~/.clusterkit.
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="ck-"))
@@ -26,7 +30,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture(scope="session")
-def local_cluster() -> Iterator["LocalCluster"]:  # noqa: F821
+def local_cluster() -> Iterator[LocalCluster]:
     """A 4-node cluster with 2 CPUs and 8 fake GPUs per node, shared by the whole session."""
     from clusterkit.providers.local.cluster import LocalCluster, check_prerequisites
 

@@ -51,19 +51,24 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     jobs.set_defaults(handler=list_jobs)
 
 
+def print_rendered_job(spec, output: str) -> int:
+    """A job's dry run: the exact sbatch script that would be submitted."""
+    from clusterkit.jobs.render import render_sbatch
+
+    script = render_sbatch(spec)
+    if output == "json":
+        print_json({"name": spec.name, "script": script})
+    else:
+        sys.stdout.write(script)
+    return 0
+
+
 def submit_spec(args: argparse.Namespace) -> int:
     from clusterkit.jobs.spec import load_job
 
     spec = load_job(args.spec)
     if args.dry_run:
-        from clusterkit.jobs.render import render_sbatch
-
-        script = render_sbatch(spec)
-        if args.output == "json":
-            print_json({"name": spec.name, "script": script})
-        else:
-            sys.stdout.write(script)
-        return 0
+        return print_rendered_job(spec, args.output)
     from clusterkit.jobs.submit import submit_job
 
     handle = submit_job(spec, args.cluster, preflight=not args.no_preflight, spec_file=args.spec)

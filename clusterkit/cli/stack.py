@@ -153,14 +153,9 @@ def run_nccl_test(args: argparse.Namespace) -> int:
 
     spec = nccl_test_spec(args.nodes, cluster=args.cluster, instance_type=args.instance_type, image=args.image)
     if args.dry_run:
-        from clusterkit.jobs.render import render_sbatch
+        from clusterkit.cli.jobs import print_rendered_job
 
-        script = render_sbatch(spec)
-        if args.output == "json":
-            print_json({"name": spec.name, "script": script})
-        else:
-            sys.stdout.write(script)
-        return 0
+        return print_rendered_job(spec, args.output)
     handle, report = run_test(spec, args.cluster, timeout=args.timeout)
     verdict = judge_bandwidth(report, spec.instance_facts)
     if args.output == "json":

@@ -123,10 +123,7 @@ def test_importing_the_spec_stays_light() -> None:
 def test_local_example_all_reduces_across_two_nodes(fake_slurm, unused_tcp_port: int) -> None:
     """The local example end to end, minus Slurm: two 'nodes' (srun copies), real torchrun and gloo."""
     torchrun = Path(sys.executable).parent / "torchrun"
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        pytest.skip("torch is not installed")
+    pytest.importorskip("torch")
     example = load_job(REPO_ROOT / "examples" / "jobs" / "local-allreduce.yaml")
     # Run from a scratch directory, on a free port (other tests may hold 29500).
     spec = dataclasses.replace(
