@@ -8,11 +8,15 @@ show a job end.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Finding, Level
 from clusterkit.jobs.spec import JobSpec
 from clusterkit.slurm import Slurm
@@ -124,3 +128,43 @@ def preflight(spec: JobSpec, slurm: Slurm, workdir: Path) -> list[Finding]:
     """Run every check against the live cluster; all findings are reported together."""
     config = slurm.config()
     return [finding for check in CHECKS for finding in check(spec, slurm, config, workdir)]
+
+
+# What a node must be able to do to run a submitit job: import submitit and cloudpickle, with the
+# submitter's Python minor version (pickles of functions do not travel between minor versions).
+_CALLABLE_PROBE = "import sys, submitit, cloudpickle; print('%d.%d' % sys.version_info[:2])"
+
+
+def check_callable_runtime(slurm: Slurm, python: str, srun_args: tuple[str, ...] = ()) -> list[Finding]:
+    """Run the interpreter that will run a pickled callable, on a node, the way submitit will."""
+    return list(_callable_runtime_findings(slurm.slurm_conf, tuple(sorted(slurm.extra_env.items())), python,
+                                           srun_args))
+
+
+@functools.lru_cache(maxsize=32)
+def _callable_runtime_findings(slurm_conf: Path | None, extra_env: tuple[tuple[str, str], ...], python: str,
+                               srun_args: tuple[str, ...]) -> tuple[Finding, ...]:
+    slurm = Slurm(slurm_conf, extra_env=dict(extra_env))
+    argv = ["-N1", "-n1", "--quiet", *srun_args, python, "-c", _CALLABLE_PROBE]
+    try:
+        result = slurm.run("srun", *argv, check=False, timeout=120)
+    except ClusterkitError as error:
+        return (Finding(Level.ERROR, "python", f"could not start {python!r} on a node: {error}",
+                        fix="check that the cluster has free nodes", value=python),)
+    ours = "%d.%d" % sys.version_info[:2]
+    if result.returncode != 0:
+        detail = (result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]
+        missing = re.search(r"No module named '([^']+)'", result.stderr)
+        if missing:
+            return (Finding(Level.ERROR, "python", f"{python!r} on the nodes cannot import {missing.group(1)}, "
+                            "which runs the pickled function", fix=f"install submitit and cloudpickle for "
+                            f"{python!r} (in the image, for containers), or pass python= one that has them",
+                            value=python),)
+        return (Finding(Level.ERROR, "python", f"{python!r} does not run on the nodes: {detail}",
+                        fix="pass python= an interpreter the nodes (or the container) have", value=python),)
+    theirs = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "?"
+    if theirs != ours:
+        return (Finding(Level.ERROR, "python", f"the nodes' {python!r} is Python {theirs}, this one is {ours}: "
+                        "a pickled function does not travel between Python versions", fix=f"use Python {ours} "
+                        "on the nodes (or in the image)", value=python),)
+    return ()

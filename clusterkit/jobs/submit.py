@@ -69,16 +69,26 @@ def submit_script(record: records.JobRecord, script: str, *extra_sbatch_args: st
 
 
 def _executor(cluster: str, nodes: int, tasks_per_node: int, gpus_per_node: int, cpus_per_task: int,
-              time_minutes: int, name: str, slurm_parameters: dict[str, Any] | None) -> Any:
+              time_minutes: int, name: str, slurm_parameters: dict[str, Any] | None, python: str | None,
+              srun_args: tuple[str, ...], preflight: bool) -> Any:
     import submitit
 
+    from clusterkit.jobs.preflight import check_callable_runtime
+
+    # By default the nodes run the callable with this very interpreter: same packages, same paths.
+    python = python or sys.executable
+    if preflight:
+        findings = check_callable_runtime(open_cluster(cluster).slurm, python, srun_args)
+        if findings:
+            raise PreflightFailed(findings)
     folder = records.jobs_dir(cluster) / "submitit" / "%j"
-    # The nodes run the callable with this very interpreter: same packages, same paths.
-    executor = submitit.SlurmExecutor(folder=folder, python=sys.executable)
+    executor = submitit.SlurmExecutor(folder=folder, python=python)
     parameters: dict[str, Any] = dict(nodes=nodes, ntasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task,
                                       time=time_minutes, job_name=name)
     if gpus_per_node:
         parameters["gpus_per_node"] = gpus_per_node
+    if srun_args:
+        parameters["srun_args"] = list(srun_args)  # e.g. pyxis: --container-image=/fsx/img.sqsh
     parameters.update(slurm_parameters or {})
     executor.update_parameters(**parameters)
     return executor
@@ -94,13 +104,19 @@ def _function_handle(cluster: str, job: Any, name: str) -> JobHandle:
 def submit_function(function: Callable[..., Any], *args: Any, cluster: str | None = None, nodes: int = 1,
                     tasks_per_node: int = 1, gpus_per_node: int = 0, cpus_per_task: int = 1,
                     time_minutes: int = 60, name: str | None = None,
-                    slurm_parameters: dict[str, Any] | None = None, **kwargs: Any) -> JobHandle:
-    """Run `function(*args, **kwargs)` as a Slurm job; `handle.result()` returns its value."""
+                    slurm_parameters: dict[str, Any] | None = None, python: str | None = None,
+                    srun_args: tuple[str, ...] = (), preflight: bool = True, **kwargs: Any) -> JobHandle:
+    """Run `function(*args, **kwargs)` as a Slurm job; `handle.result()` returns its value.
+
+    `python` is the interpreter on the nodes (default: this one); `srun_args` go to srun, e.g. pyxis
+    flags to run it in a container. The preflight runs that interpreter once on a node, the same way,
+    and checks it can import submitit and cloudpickle with this Python's version.
+    """
     cluster = resolve_cluster_name(cluster)
     slurm = open_cluster(cluster).slurm
     name = name or getattr(function, "__name__", "function")
     executor = _executor(cluster, nodes, tasks_per_node, gpus_per_node, cpus_per_task, time_minutes, name,
-                         slurm_parameters)
+                         slurm_parameters, python, tuple(srun_args), preflight)
     with slurm.environment():
         job = executor.submit(function, *args, **kwargs)
     return _function_handle(cluster, job, name)
@@ -108,12 +124,14 @@ def submit_function(function: Callable[..., Any], *args: Any, cluster: str | Non
 
 def map_array(function: Callable[[Any], Any], items: Iterable[Any], *, cluster: str | None = None,
               cpus_per_task: int = 1, gpus_per_node: int = 0, time_minutes: int = 60, name: str | None = None,
-              slurm_parameters: dict[str, Any] | None = None) -> list[JobHandle]:
+              slurm_parameters: dict[str, Any] | None = None, python: str | None = None,
+              srun_args: tuple[str, ...] = (), preflight: bool = True) -> list[JobHandle]:
     """A sweep as one job array (one sbatch call): one task per item, one handle per task."""
     cluster = resolve_cluster_name(cluster)
     slurm = open_cluster(cluster).slurm
     name = name or getattr(function, "__name__", "sweep")
-    executor = _executor(cluster, 1, 1, gpus_per_node, cpus_per_task, time_minutes, name, slurm_parameters)
+    executor = _executor(cluster, 1, 1, gpus_per_node, cpus_per_task, time_minutes, name, slurm_parameters,
+                         python, tuple(srun_args), preflight)
     with slurm.environment():
         jobs = executor.map_array(function, list(items))
     return [_function_handle(cluster, job, name) for job in jobs]

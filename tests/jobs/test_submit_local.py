@@ -127,3 +127,17 @@ def test_preflight_names_what_the_cluster_cannot_give(local_cluster, tmp_path):
     assert "partition 'compute' has 4 nodes that fit, the job asks for 9 nodes" in by_path["nodes"].message
     assert "pyxis plugin is not loaded" in by_path["container.runtime"].message
     assert "/nonexistent/img.sqsh" in by_path["container.image"].message
+
+
+def test_preflight_catches_a_node_python_that_cannot_run_the_pickled_function(local_cluster):
+    # Debian's own python3 has no submitit: submitit would start it and fail on the node, silently.
+    with pytest.raises(PreflightFailed) as raised:
+        submit_function(square, 3, cluster=local_cluster.name, python="/usr/bin/python3", time_minutes=5)
+    finding = raised.value.findings[0]
+    assert finding.path == "python" and "cannot import submitit" in finding.message
+    assert "/usr/bin/python3" in finding.fix
+
+
+def test_preflight_passes_the_callable_through_the_same_srun_arguments(local_cluster):
+    handle = submit_function(square, 4, cluster=local_cluster.name, srun_args=("--export=ALL",), time_minutes=5)
+    assert handle.result(timeout=60) == 16
