@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit.errors import ClusterkitError, NotFound
+from clusterkit.files import write_atomically
 
 RECORD_FILE = "cluster.json"
 CLUSTER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$")
@@ -60,9 +61,7 @@ def save(record: ClusterRecord) -> Path:
     directory = cluster_dir(record.name)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / RECORD_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record.to_dict(), indent=2) + "\n")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(record.to_dict(), indent=2) + "\n")
     return path
 
 
@@ -70,12 +69,15 @@ def load(name: str) -> ClusterRecord:
     path = cluster_dir(name) / RECORD_FILE
     try:
         data = json.loads(path.read_text())
+        return ClusterRecord(**data)
     except FileNotFoundError:
         raise NotFound(
             f"no cluster named {name!r} under {clusters_dir()}",
             fix="see `clusterkit list-clusters`, or create it with `clusterkit create-cluster`",
         ) from None
-    return ClusterRecord(**data)
+    except (ValueError, TypeError) as error:
+        raise ClusterkitError(f"the record of cluster {name!r} ({path}) is damaged: {error}",
+                              fix="fix or remove that file") from None
 
 
 def exists(name: str) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -85,15 +86,20 @@ class Slurm:
     @contextlib.contextmanager
     def environment(self) -> Iterator[None]:
         """Point this process's environment at the cluster, for libraries that run Slurm's
-        commands themselves (submitit). Restored on exit; one cluster at a time."""
+        commands themselves (submitit): only the cluster's own variables are set, and restored on
+        exit; one cluster at a time."""
+        ours = dict(self.extra_env, **({"SLURM_CONF": str(self.slurm_conf)} if self.slurm_conf else {}))
         with _environ_lock:
-            saved = dict(os.environ)
-            os.environ.update(self.env)
+            saved = {key: os.environ.get(key) for key in ours}
+            os.environ.update(ours)
             try:
                 yield
             finally:
-                os.environ.clear()
-                os.environ.update(saved)
+                for key, value in saved.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
 
     def run(self, command: str, *args: str, check: bool = True, input_text: str | None = None,
             timeout: float | None = None) -> subprocess.CompletedProcess[str]:
@@ -123,8 +129,9 @@ class Slurm:
         return config
 
     def partitions(self) -> list[dict[str, str]]:
-        """Partition name, node count, gres and CPUs per node (one row per distinct node shape)."""
-        out = self.run("sinfo", "-h", "-o", "%R|%D|%G|%c").stdout
+        """Partition name (the default one ends in '*'), node count, gres and CPUs per node (one row per
+        distinct node shape)."""
+        out = self.run("sinfo", "-h", "-o", "%P|%D|%G|%c").stdout  # %P marks the default partition with *
         return [dict(zip(("name", "nodes", "gres", "cpus"), line.split("|"))) for line in out.splitlines()]
 
     def ping(self) -> bool:
@@ -159,7 +166,10 @@ class Slurm:
         out = self.run("sacct", *args).stdout
         records = []
         for line in out.splitlines():
-            records.append(AccountingRecord(*line.split("|")))
+            # A job name may contain '|': the name is whatever lies between the id and the last 5 fields.
+            job_id, rest = line.split("|", 1)
+            *name, state, exit_code, node_list, start, end = rest.split("|")
+            records.append(AccountingRecord(job_id, "|".join(name), state, exit_code, node_list, start, end))
         return records
 
     def queue(self) -> dict[str, str]:
@@ -170,11 +180,9 @@ class Slurm:
     def job_details(self, job_id: str) -> dict[str, str]:
         """`scontrol show job` as a dict (StdOut, StdErr, WorkDir, NodeList...); empty once forgotten."""
         result = self.run("scontrol", "show", "job", "-o", job_id, check=False)
-        details: dict[str, str] = {}
-        for token in result.stdout.split():
-            key, _, value = token.partition("=")
-            details.setdefault(key, value)
-        return details
+        line = result.stdout.splitlines()[0] if result.stdout.strip() else ""
+        # Values may hold spaces (log paths): a value runs until the next " Key=".
+        return {key: value for key, value in re.findall(r"(?:^|\s)([A-Za-z:/_]+)=(.*?)(?=\s[A-Za-z:/_]+=|$)", line)}
 
     def update_node(self, node: str, state: str, reason: str = "") -> None:
         args = [f"NodeName={node}", f"State={state}"]
@@ -182,8 +190,17 @@ class Slurm:
             args.append(f"Reason={reason}")
         self.run("scontrol", "update", *args)
 
+    def hostnames(self, node_list: str) -> list[str]:
+        """Expand a compact node list (`n[1-3,5]`) into names."""
+        return self.run("scontrol", "show", "hostnames", node_list).stdout.split() if node_list else []
+
+    def steps(self, job_id: str) -> list[str]:
+        """The job's running steps (`JOB.STEP`), not counting the batch and extern steps."""
+        out = self.run("squeue", "-h", "-s", "-j", job_id, "-o", "%i", check=False).stdout.split()
+        return [step for step in out if not step.endswith((".batch", ".extern"))]
+
     def requeue(self, job_id: str) -> None:
         self.run("scontrol", "requeue", job_id)
 
-    def cancel(self, job_id: str) -> None:
-        self.run("scancel", job_id)
+    def cancel(self, job_id: str, signal: str | None = None) -> None:
+        self.run("scancel", *([f"--signal={signal}"] if signal else []), job_id)

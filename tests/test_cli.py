@@ -88,3 +88,26 @@ def test_missing_slurm_names_the_install_command(monkeypatch, capsys):
 def test_fault_injection_on_unknown_cluster_is_clear(argv):
     result = run_cli("local", *argv)
     assert result.returncode == 1 and "no cluster named 'nosuch'" in result.stderr
+
+
+def test_jobs_on_an_aws_cluster_say_where_to_run_them(tmp_path):
+    from clusterkit import registry
+
+    env = dict(os.environ, CLUSTERKIT_HOME=str(tmp_path))
+    os.environ["CLUSTERKIT_HOME"], saved = str(tmp_path), os.environ["CLUSTERKIT_HOME"]
+    try:
+        registry.save(registry.ClusterRecord("train", "aws", "2026-11-29T00:00:00+00:00",
+                                             {"region": "us-east-1", "stack_id": "x", "config_file": "x"}))
+    finally:
+        os.environ["CLUSTERKIT_HOME"] = saved
+    for argv in (["status", "1"], ["nccl-test", "--nodes", "2", "--cluster", "train"]):
+        result = run_cli(*argv, env=env)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert "submitted from its head node" in result.stderr and "--cluster host" in result.stderr
+
+
+def test_a_damaged_cluster_record_is_one_clear_line(tmp_path):
+    (tmp_path / "clusters" / "broken").mkdir(parents=True)
+    (tmp_path / "clusters" / "broken" / "cluster.json").write_text("{not json")
+    result = run_cli("describe-cluster", "broken", env=dict(os.environ, CLUSTERKIT_HOME=str(tmp_path)))
+    assert result.returncode == 1 and result.stderr.startswith("error: the record of cluster 'broken'")

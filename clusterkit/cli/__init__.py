@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.handler(args) or 0)
-    except ClusterkitError as error:
+    except (ClusterkitError, OSError) as error:
+        # OSError: a file or directory the user named cannot be read or written.
         if args.debug:
             raise
         print(f"error: {error}", file=sys.stderr)

@@ -60,7 +60,8 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def run_aws_create(args: argparse.Namespace) -> int:
     """`create-cluster --provider aws`: with --dry-run, render and check offline; without, create on AWS."""
-    from clusterkit.cluster.plan import SpecOverrides, apply_overrides, plan, spec_data, write_atomically
+    from clusterkit.cluster.plan import SpecOverrides, apply_overrides, plan, spec_data
+    from clusterkit.files import write_atomically
 
     if not getattr(args, "name", None):
         raise ClusterkitError("create-cluster needs --name", fix="e.g. --name train-p4de")
@@ -115,7 +116,7 @@ def _create_on_aws(args: argparse.Namespace, checked: Plan, output_config: str |
     if output_config:
         import yaml
 
-        from clusterkit.cluster.plan import write_atomically
+        from clusterkit.files import write_atomically
 
         write_atomically(output_config, yaml.safe_dump(prepared.config, sort_keys=False, width=1000))
     if not as_json:

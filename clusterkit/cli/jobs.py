@@ -117,6 +117,12 @@ def job_logs(args: argparse.Namespace) -> int:
     if handle.stdout_path is None:
         print(f"job {handle.job_id} has no known log file", file=sys.stderr)
         return 1
+    if args.output == "json":
+        if args.follow:
+            handle.wait()
+        print_json({"job_id": handle.job_id, "state": handle.state, "stdout_path": str(handle.stdout_path),
+                    "stdout": handle.stdout(), "stderr": handle.stderr()})
+        return 0
     position = 0
     while True:
         text = handle.stdout()
@@ -165,8 +171,9 @@ def list_jobs(args: argparse.Namespace) -> int:
     from clusterkit.providers import resolve_cluster_name
 
     cluster = resolve_cluster_name(args.cluster)
-    rows = [{"job_id": r.job_id, "name": r.name, "kind": r.kind, "state": handle_from_record(r).state,
-             "submitted": r.submitted, "stdout": r.stdout} for r in records.all_records(cluster)]
+    jobs = [(r, handle_from_record(r)) for r in records.all_records(cluster)]  # then one poll serves all
+    rows = [{"job_id": r.job_id, "name": r.name, "kind": r.kind, "state": handle.state,
+             "submitted": r.submitted, "stdout": r.stdout} for r, handle in jobs]
     if args.output == "json":
         print_json(rows)
     else:

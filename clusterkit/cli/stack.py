@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from clusterkit.cli.output import print_json, print_table, progress
+from clusterkit.errors import ClusterkitError
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -89,7 +90,9 @@ def render_dockerfile(args: argparse.Namespace) -> int:
             progress(str(finding))
     text = render(options)  # raises on errors: nothing is written
     if args.output_file:
-        Path(args.output_file).write_text(text)
+        from clusterkit.files import write_atomically
+
+        write_atomically(args.output_file, text)
         progress(f"wrote {args.output_file}")
     elif args.output == "json":
         print_json({"accelerator": args.accelerator, "base": args.base, "dockerfile": text})
@@ -128,6 +131,8 @@ def run_doctor(args: argparse.Namespace) -> int:
     from clusterkit.stack.doctor import NO_ACCELERATOR, checks_for_node, examine_node, failed
     from clusterkit.stack.probe import probe_for_root
 
+    if not Path(args.root).is_dir():
+        raise ClusterkitError(f"--root {args.root!r} is not a directory", fix="pass / or a node's root file system")
     probe = probe_for_root(args.root)
     node = examine_node(probe, args.accelerator, args.expect_instance_type)
     results = checks_for_node(probe, node)

@@ -607,6 +607,15 @@ def slurm_settings(spec: ClusterSpec) -> Iterator[Finding]:
                      "<hidden>")
 
 
+@rule
+def slurm_accounting(spec: ClusterSpec) -> Iterator[Finding]:
+    if spec.slurm.accounting is None:
+        yield _warning("slurm.accounting", "no Slurm accounting database: sacct cannot tell how jobs ended, "
+                       "so clusterkit's job tracking (requeues, watch) and its preflight will not work",
+                       "set slurm.accounting (uri, user_name, password_secret_arn) to a MySQL-compatible "
+                       "database such as Amazon RDS or Aurora")
+
+
 def _script_findings(path: str, actions: CustomActionsSpec | None) -> Iterator[Finding]:
     if actions is None:
         return

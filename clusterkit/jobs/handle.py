@@ -7,9 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clusterkit.errors import ClusterkitError
+from clusterkit.errors import ClusterkitError, NotFound
 from clusterkit.jobs.tracking import JobTracker, is_final
-from clusterkit.slurm import AccountingRecord
+from clusterkit.slurm import AccountingRecord, SlurmCommandError
+
+# Neither the queue nor accounting knows the id for this long: it is not a job (sacct lags ~3 s).
+UNKNOWN_GRACE_S = 15.0
 
 
 class JobFailed(ClusterkitError):
@@ -53,8 +56,20 @@ class JobHandle:
         """Block until the job reaches a final state; return that state."""
         deadline = None if timeout is None else time.monotonic() + timeout
         last = None
+        unknown_since = None
         while True:
-            state = self.state
+            try:
+                state = self.state
+            except SlurmCommandError as error:
+                # A controller or slurmdbd restart must not end the watch: keep asking.
+                if progress:
+                    progress(f"job {self.job_id}: Slurm did not answer ({error}); asking again")
+                time.sleep(max(poll, 2.0))
+                continue
+            unknown_since = (unknown_since or time.monotonic()) if state == "UNKNOWN" else None
+            if unknown_since is not None and time.monotonic() - unknown_since > UNKNOWN_GRACE_S:
+                raise NotFound(f"Slurm knows no job {self.job_id} on cluster {self.cluster!r}",
+                               fix="check the id with `clusterkit jobs` or squeue")
             if progress and state != last:
                 progress(f"job {self.job_id}: {state}")
                 last = state

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from clusterkit import registry
 from clusterkit.errors import NotFound
+from clusterkit.files import write_atomically
 
 
 @dataclass
@@ -44,9 +44,7 @@ def save(record: JobRecord) -> Path:
     directory = jobs_dir(record.cluster)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{record.job_id}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(record), indent=2) + "\n")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(asdict(record), indent=2) + "\n")
     return path
 
 

@@ -19,7 +19,7 @@ from clusterkit.jobs import records
 from clusterkit.jobs.handle import JobHandle
 from clusterkit.jobs.spec import JobSpec
 from clusterkit.jobs.tracking import tracker_for
-from clusterkit.providers import open_cluster, resolve_cluster_name
+from clusterkit.providers import resolve_cluster_name, slurm_for
 
 
 class PreflightFailed(ClusterkitError):
@@ -37,7 +37,7 @@ def submit_job(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path
     from clusterkit.jobs.render import render_sbatch
 
     name = resolve_cluster_name(cluster or spec.cluster)
-    slurm = open_cluster(name).slurm
+    slurm = slurm_for(name)
     workdir = Path(workdir or spec.workdir or os.getcwd()).resolve()
     script = render_sbatch(spec)
     if preflight:
@@ -54,7 +54,7 @@ def submit_job(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path
 
 def submit_script(record: records.JobRecord, script: str, *extra_sbatch_args: str) -> JobHandle:
     """sbatch `script` in `record.workdir`; fill in and save the record (id, logs, the script)."""
-    slurm = open_cluster(record.cluster).slurm
+    slurm = slurm_for(record.cluster)
     record.job_id = slurm.sbatch(script, f"--chdir={record.workdir}", *extra_sbatch_args)
     record.submitted = records.now()
     details = slurm.job_details(record.job_id)
@@ -78,7 +78,7 @@ def _executor(cluster: str, nodes: int, tasks_per_node: int, gpus_per_node: int,
     # By default the nodes run the callable with this very interpreter: same packages, same paths.
     python = python or sys.executable
     if preflight:
-        findings = check_callable_runtime(open_cluster(cluster).slurm, python, srun_args)
+        findings = check_callable_runtime(slurm_for(cluster), python, srun_args)
         if findings:
             raise PreflightFailed(findings)
     folder = records.jobs_dir(cluster) / "submitit" / "%j"
@@ -113,7 +113,7 @@ def submit_function(function: Callable[..., Any], *args: Any, cluster: str | Non
     and checks it can import submitit and cloudpickle with this Python's version.
     """
     cluster = resolve_cluster_name(cluster)
-    slurm = open_cluster(cluster).slurm
+    slurm = slurm_for(cluster)
     name = name or getattr(function, "__name__", "function")
     executor = _executor(cluster, nodes, tasks_per_node, gpus_per_node, cpus_per_task, time_minutes, name,
                          slurm_parameters, python, tuple(srun_args), preflight)
@@ -128,7 +128,7 @@ def map_array(function: Callable[[Any], Any], items: Iterable[Any], *, cluster: 
               srun_args: tuple[str, ...] = (), preflight: bool = True) -> list[JobHandle]:
     """A sweep as one job array (one sbatch call): one task per item, one handle per task."""
     cluster = resolve_cluster_name(cluster)
-    slurm = open_cluster(cluster).slurm
+    slurm = slurm_for(cluster)
     name = name or getattr(function, "__name__", "sweep")
     executor = _executor(cluster, 1, 1, gpus_per_node, cpus_per_task, time_minutes, name, slurm_parameters,
                          python, tuple(srun_args), preflight)
@@ -138,7 +138,7 @@ def map_array(function: Callable[[Any], Any], items: Iterable[Any], *, cluster: 
 
 
 def handle_from_record(record: records.JobRecord, submitit_job: Any = None) -> JobHandle:
-    slurm = open_cluster(record.cluster).slurm
+    slurm = slurm_for(record.cluster)
     return JobHandle(record.job_id, record.cluster, tracker_for(slurm),
                      stdout_path=Path(record.stdout) if record.stdout else None,
                      stderr_path=Path(record.stderr) if record.stderr else None, submitit_job=submitit_job)
@@ -149,7 +149,7 @@ def job_handle(job_id: str, cluster: str | None = None) -> JobHandle:
     cluster = resolve_cluster_name(cluster)
     record = records.find(cluster, job_id)
     if record is None:
-        details = open_cluster(cluster).slurm.job_details(job_id)
+        details = slurm_for(cluster).job_details(job_id)
         record = records.JobRecord(job_id=job_id, cluster=cluster, name=details.get("JobName", ""), kind="external",
                                    submitted="", stdout=details.get("StdOut"), stderr=details.get("StdErr"))
     return handle_from_record(record)

@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import socket
-import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -72,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"node": node, "healthy": healthy, "results": [asdict(r) for r in results]}), flush=True)
     if not healthy and args.drain:
         reason = "; ".join(f"{r.check}: {r.evidence}" for r in results if not r.ok)
-        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN",
-                        f"Reason=clusterkit health: {reason}"[:200]], check=False)
+        from clusterkit.slurm import Slurm
+
+        Slurm().update_node(node, "DRAIN", f"clusterkit health: {reason}"[:200])
     return 0 if healthy else 1
 
 

@@ -30,6 +30,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from clusterkit.errors import ClusterkitError
+from clusterkit.files import write_atomically
 from clusterkit.resilience.heartbeat import HEARTBEAT_DIR_ENV, read_heartbeats
 from clusterkit.slurm import Slurm
 
@@ -63,9 +65,7 @@ class BudgetState:
             return cls()
 
     def save(self, path: Path) -> None:
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(asdict(self)) + "\n")
-        os.replace(temporary, path)
+        write_atomically(path, json.dumps(asdict(self)) + "\n")
 
 
 @dataclass
@@ -113,9 +113,7 @@ class Supervisor:
 
     # ----- the allocation ---------------------------------------------------------------------------
     def allocation_nodes(self) -> list[str]:
-        nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
-        out = self.slurm.run("scontrol", "show", "hostnames", nodelist).stdout
-        return out.split()
+        return self.slurm.hostnames(os.environ.get("SLURM_JOB_NODELIST", ""))
 
     def unhealthy_nodes(self, nodes: list[str]) -> dict[str, str]:
         """Node -> evidence, for nodes Slurm sees as down or whose health check fails or cannot run."""
@@ -139,17 +137,19 @@ class Supervisor:
 
     def _health_check(self, node: str) -> str:
         """'' when the node's health check passes, else the evidence."""
-        argv = ["srun", "--overlap", "-N1", "-n1", "-w", node, "--kill-on-bad-exit=1",
-                sys.executable, "-m", "clusterkit.resilience.health"]
         try:
-            result = subprocess.run(argv, capture_output=True, text=True, timeout=self.health_timeout)
-        except subprocess.TimeoutExpired:
-            return f"health check on {node} did not answer within {self.health_timeout:.0f} s"
+            result = self.slurm.run("srun", "--overlap", "-N1", "-n1", "-w", node, "--kill-on-bad-exit=1",
+                                    sys.executable, "-m", "clusterkit.resilience.health", check=False,
+                                    timeout=self.health_timeout)
+        except ClusterkitError as error:  # srun missing or not answering
+            return f"health check on {node} could not run: {error}"
         report = None
         for line in result.stdout.splitlines():
-            if line.startswith("{"):
+            try:
                 report = json.loads(line)
-        if report is None:
+            except ValueError:
+                continue
+        if not isinstance(report, dict) or "healthy" not in report:
             detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
             return f"health check could not run on {node}: {detail}"
         if report["healthy"]:
@@ -202,7 +202,6 @@ class Supervisor:
                 return StepOutcome(process.returncode, terminated=True)
             if self.stop_requested.is_set():
                 # Time limit or preemption: the ranks save a checkpoint on SIGTERM, then we requeue.
-                process.send_signal(signal.SIGTERM)
                 self._stop(process)
                 return StepOutcome(process.returncode, signalled=True)
             evidence = self._hang_evidence(heartbeats, progress)
@@ -230,10 +229,11 @@ class Supervisor:
         try:
             process.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
-            for step_id in self.slurm.run("squeue", "-h", "-s", "-j", self.job_id, "-o", "%i",
-                                          check=False).stdout.split():
-                if not step_id.endswith((".batch", ".extern")):
-                    self.slurm.run("scancel", "--signal=KILL", step_id, check=False)
+            for step_id in self.slurm.steps(self.job_id):
+                try:
+                    self.slurm.cancel(step_id, signal="KILL")
+                except ClusterkitError as error:  # the step may be gone already
+                    print(f"clusterkit supervisor: scancel {step_id}: {error}", file=sys.stderr)
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
 
@@ -267,7 +267,6 @@ class Supervisor:
                 self.decide(PREEMPTED, "the job was signalled before its time limit or preemption; "
                             "the step saved its checkpoint", exit_code=outcome.exit_code)
                 return self.requeue()
-            bad = self.unhealthy_nodes(nodes)
             failure = outcome.hang_evidence or f"step exited {outcome.exit_code}"
             if not self.job_running():
                 # Slurm is ending the job (a node it saw die, a cancel): health checks cannot run on a
@@ -275,6 +274,7 @@ class Supervisor:
                 self.decide(TERMINATED, f"{failure} while Slurm was ending the job; no node judged",
                             exit_code=outcome.exit_code)
                 return outcome.exit_code or 143
+            bad = self.unhealthy_nodes(nodes)
             if bad:
                 self.decide(NODE_FAILURE, f"{failure}; " + "; ".join(bad.values()), nodes=sorted(bad))
                 self.drain(bad)

@@ -62,7 +62,7 @@ def _bad_nodes(handle: JobHandle, record: records.JobRecord | None) -> list[str]
     attempts = handle.attempts()
     nodes: set[str] = set()
     if attempts and attempts[-1].node_list:
-        used = set(slurm.run("scontrol", "show", "hostnames", attempts[-1].node_list).stdout.split())
+        used = set(slurm.hostnames(attempts[-1].node_list))
         nodes.update(n.name for n in slurm.nodes() if n.name in used and
                      (not n.responding or n.base_state in ("down", "fail", "drain", "drng")))
     for decision in decisions(record):

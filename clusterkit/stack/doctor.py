@@ -165,10 +165,6 @@ def _efa_counts(probe: Probe) -> tuple[int, int]:
     return len(probe.glob("/sys/class/infiniband/*")), len(probe.glob("/dev/infiniband/uverbs*"))
 
 
-def _efa_expected(node: Node) -> bool:
-    return node.instance is not None and node.instance.efa
-
-
 # ---------------------------------------------------------------------------------------------
 # GPU checks
 

@@ -53,6 +53,11 @@ def pcluster_session(mocked: None) -> Iterator[Any]:
                                      "Message": "Request would have succeeded, but DryRun flag is set."}},
                           "RunInstances")
 
+    from pcluster.aws.aws_api import AWSApi
+
+    # pcluster keeps its clients in a singleton: one made earlier in the session (the schema tests)
+    # holds no credentials. Start from a fresh one inside moto, and leave none behind.
+    AWSApi.reset()
     boto3.setup_default_session(region_name=REGION)
     events = boto3.DEFAULT_SESSION.events
     events.register("before-call.ec2.DescribeImages", official_images)
@@ -62,6 +67,7 @@ def pcluster_session(mocked: None) -> Iterator[Any]:
         yield ec2
     finally:
         boto3.DEFAULT_SESSION = None
+        AWSApi.reset()
 
 
 def _p4de_config(ec2: Any, key_name: str | None = None) -> dict[str, Any]:

@@ -91,7 +91,7 @@ def _now() -> str:
 def _write_config(path: Path, config: Config) -> None:
     import yaml  # lazy: keep CLI start fast
 
-    from clusterkit.cluster.plan import write_atomically
+    from clusterkit.files import write_atomically
 
     header = "# AWS ParallelCluster configuration of this cluster, as last applied by clusterkit.\n"
     write_atomically(path, header + yaml.safe_dump(config, sort_keys=False, width=1000))

@@ -240,8 +240,24 @@ class LocalCluster:
         env = dict(os.environ, SLURM_CONF=str(self.layout.slurm_conf), **extra_env)
         pid = processes.spawn(self._daemon_commands()[key], self.layout.log / f"{key}.stdout", env=env)
         self.pids[key] = pid
+        self.record.details.setdefault("start_times", {})[key] = processes.start_time(pid)
         registry.save(self.record)
         return pid
+
+    def _ours(self, key: str) -> int | None:
+        """The pid we started as `key`, if that very process still runs (pids are reused after it
+        exits, or after a reboot: never signal a stranger)."""
+        pid = self.pids.get(key)
+        if pid is None or not processes.pid_alive(pid):
+            return None
+        recorded = self.record.details.get("start_times", {}).get(key)
+        return pid if recorded is None or processes.start_time(pid) == recorded else None
+
+    def _node_namespace(self, node: str) -> str | None:
+        """The node's mount namespace while its slurmd runs (a freed namespace id can be reused)."""
+        if self._ours(f"slurmd-{node}") is None:
+            return None
+        return self.record.details.get("namespaces", {}).get(node)
 
     def _start(self, progress: Progress) -> None:
         layout = self.layout
@@ -305,7 +321,7 @@ class LocalCluster:
 
     # ----- describe -----------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
-        daemons = {key: processes.pid_alive(pid) for key, pid in self.pids.items()}
+        daemons = {key: self._ours(key) is not None for key in self.pids}
         controller_up = daemons.get("slurmctld", False) and self.slurm.ping()
         if controller_up:
             nodes = [{"name": n.name, "state": n.state, "cpus": n.cpus, "gres": n.gres, "reason": n.reason}
@@ -335,11 +351,11 @@ class LocalCluster:
     def crash_node(self, node: str) -> list[int]:
         """SIGKILL the node's slurmd and everything it started, as a hardware fault would."""
         self._check_node(node)
-        namespace = self.record.details.get("namespaces", {}).get(node)
-        victims = processes.pids_in_mount_namespace(namespace) if namespace else []
-        pid = self.pids.get(f"slurmd-{node}")
-        if pid and processes.pid_alive(pid) and pid not in victims:
-            victims.append(pid)
+        namespace = self._node_namespace(node)
+        if namespace is None:
+            raise ClusterkitError(f"node {node} of {self.name!r} is not running",
+                                  fix=f"start it with `clusterkit local start-node {self.name} {node}`")
+        victims = processes.pids_in_mount_namespace(namespace)
         processes.kill_all(victims)
         for victim in victims:
             processes.wait_until(lambda: not processes.pid_alive(victim), 5, f"process {victim} to die")
@@ -348,8 +364,8 @@ class LocalCluster:
     def start_node(self, node: str, wait: bool = True) -> None:
         """Start the node's slurmd again (after a crash); it returns to service by itself."""
         self._check_node(node)
-        pid = self.pids.get(f"slurmd-{node}")
-        if pid and processes.pid_alive(pid):
+        pid = self._ours(f"slurmd-{node}")
+        if pid is not None:
             raise ClusterkitError(f"node {node} of {self.name!r} is already running (slurmd pid {pid})")
         self._start_slurmd(node)
         if wait:
@@ -377,8 +393,9 @@ class LocalCluster:
 
     def _teardown(self) -> None:
         """Stop every process this cluster started (by pid, all at once) and what its nodes started."""
-        namespaces = self.record.details.get("namespaces", {}).values()
-        leftovers = [pid for ns in namespaces if ns for pid in processes.pids_in_mount_namespace(ns)]
-        processes.stop_pids(list(self.pids.values()) + leftovers)
+        namespaces = [ns for ns in (self._node_namespace(node) for node in self.config.node_names) if ns]
+        daemons = [pid for pid in (self._ours(key) for key in self.pids) if pid is not None]
+        leftovers = [pid for ns in namespaces for pid in processes.pids_in_mount_namespace(ns)]
+        processes.stop_pids(daemons + leftovers)
         # Job processes that outlived their slurmd would keep ports and files busy.
-        processes.kill_all(pid for ns in namespaces if ns for pid in processes.pids_in_mount_namespace(ns))
+        processes.kill_all(pid for ns in namespaces for pid in processes.pids_in_mount_namespace(ns))

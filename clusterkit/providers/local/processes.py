@@ -86,6 +86,14 @@ def find_free_port_range(count: int, taken: Iterable[int], start: int = 24000, s
                           fix="delete unused clusters with `clusterkit delete-cluster`")
 
 
+def start_time(pid: int) -> str | None:
+    """When the process started (clock ticks since boot): with the pid, it names one process for good."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 def mount_namespace(pid: int) -> str | None:
     try:
         return os.readlink(f"/proc/{pid}/ns/mnt")
@@ -122,10 +130,3 @@ def stop_pids(pids: Iterable[int], timeout: float = 8.0) -> list[int]:
     for pid in stubborn:
         wait_until(lambda: not pid_alive(pid), 5, f"process {pid} to exit")
     return stubborn
-
-
-def read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().split()[0])
-    except (FileNotFoundError, ValueError, IndexError):
-        return None

@@ -1,0 +1,28 @@
+"""Writing files so that a reader (or a crash) never sees half of one."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from clusterkit.errors import ClusterkitError
+
+
+def write_atomically(path: str | Path, text: str) -> None:
+    """Write through a temporary file in the same directory and rename: readers never see half a file."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise ClusterkitError(f"cannot write {path}: directory {directory} does not exist",
+                              fix="create the directory or choose another path")
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
