@@ -1,0 +1,65 @@
+"""slurm.py against recorded outputs of Slurm's commands (fake binaries on PATH): parsing edge cases."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from clusterkit.slurm import Slurm
+
+
+@pytest.fixture
+def fake_slurm_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    def install(command: str, output: str, exit_code: int = 0) -> None:
+        (tmp_path / f"{command}.out").write_text(output)
+        script = tmp_path / command
+        script.write_text(f'#!/bin/sh\ncat "{tmp_path}/{command}.out"\nexit {exit_code}\n')
+        script.chmod(0o755)
+
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    return install
+
+
+def test_accounting_keeps_job_names_that_contain_the_separator(fake_slurm_bin):
+    fake_slurm_bin("sacct", "7|train|a|b|NODE_FAIL|0:0|n[1-2]|2026-01-01T00:00:00|2026-01-01T00:01:00\n"
+                            "7|train|a|b|COMPLETED|0:0|n[3-4]|2026-01-01T00:02:00|2026-01-01T00:03:00\n")
+    records = Slurm().accounting(["7"])
+    assert [(r.name, r.base_state, r.node_list) for r in records] == [
+        ("train|a|b", "NODE_FAIL", "n[1-2]"), ("train|a|b", "COMPLETED", "n[3-4]")]
+
+
+def test_cancelled_by_user_has_a_plain_base_state(fake_slurm_bin):
+    fake_slurm_bin("sacct", "9|x|CANCELLED by 0|0:15|n1|2026-01-01T00:00:00|2026-01-01T00:00:09\n")
+    assert Slurm().accounting(["9"])[0].base_state == "CANCELLED"
+
+
+def test_job_details_keep_paths_with_spaces(fake_slurm_bin):
+    fake_slurm_bin("scontrol", "JobId=5 JobName=my job UserId=root(0) NodeList=n[1-2] "
+                               "StdOut=/data/my runs/logs/x_5.out StdErr=/data/e.err Power=\n")
+    details = Slurm().job_details("5")
+    assert details["StdOut"] == "/data/my runs/logs/x_5.out" and details["JobName"] == "my job"
+    assert details["NodeList"] == "n[1-2]" and details["Power"] == ""
+
+
+def test_partitions_mark_the_default_one(fake_slurm_bin):
+    fake_slurm_bin("sinfo", "gpu*|4|gpu:8|96\ncpu|2|(null)|36\n")
+    rows = Slurm().partitions()
+    assert [(r["name"], r["nodes"]) for r in rows] == [("gpu*", "4"), ("cpu", "2")]
+
+
+def test_queue_lists_array_tasks_one_by_one(fake_slurm_bin):
+    fake_slurm_bin("squeue", "12_0|RUNNING\n12_1|PENDING\n13|REQUEUED\n")
+    assert Slurm().queue() == {"12_0": "RUNNING", "12_1": "PENDING", "13": "REQUEUED"}
+
+
+def test_environment_sets_and_restores_only_the_clusters_variables(monkeypatch):
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.setenv("UNRELATED", "kept")
+    slurm = Slurm(Path("/c/slurm.conf"), extra_env={"PATH": "/venv/bin:/usr/bin"})
+    before = dict(os.environ)
+    with slurm.environment():
+        assert os.environ["SLURM_CONF"] == "/c/slurm.conf" and os.environ["PATH"] == "/venv/bin:/usr/bin"
+        assert os.environ["UNRELATED"] == "kept"
+    assert dict(os.environ) == before
