@@ -88,6 +88,22 @@ INSTANCE_TYPES: dict[str, InstanceType] = _types(
 )
 
 
+# Short names for the instance types people train on (job specs, doctor, recipes, nccl-test).
+PRESET_INSTANCE_TYPES: dict[str, str] = {
+    "p4d": "p4d.24xlarge",
+    "p4de": "p4de.24xlarge",
+    "p5": "p5.48xlarge",
+    "trn1": "trn1.32xlarge",
+    "trn1n": "trn1n.32xlarge",
+    "g5": "g5.48xlarge",
+}
+
+
+def resolve_instance_type(name_or_preset: str) -> InstanceType | None:
+    """An instance type by its EC2 name or preset short name (`p5`), or None when unknown."""
+    return INSTANCE_TYPES.get(PRESET_INSTANCE_TYPES.get(name_or_preset, name_or_preset))
+
+
 def instance_type(name: str) -> InstanceType:
     """Look up an instance type; unknown names get an error that lists what is known."""
     try:

@@ -17,20 +17,11 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from clusterkit.catalog import INSTANCE_TYPES, InstanceType, find_instance_type
+from clusterkit.catalog import INSTANCE_TYPES, PRESET_INSTANCE_TYPES, InstanceType, find_instance_type
 from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Finding, Level
 from clusterkit.registry import CLUSTER_NAME_RE
 
-# Short names for the instance types people train on; the value is the EC2 instance type.
-INSTANCE_PRESETS: dict[str, str] = {
-    "p4d": "p4d.24xlarge",
-    "p4de": "p4de.24xlarge",
-    "p5": "p5.48xlarge",
-    "trn1": "trn1.32xlarge",
-    "trn1n": "trn1n.32xlarge",
-    "g5": "g5.48xlarge",
-}
 # Nodes without accelerators, such as the local Slurm cluster.
 CPU_INSTANCE = "local"
 
@@ -349,13 +340,13 @@ def _instance(value: Any, path: str) -> str | None:
     name = _string(value, path)
     if name == CPU_INSTANCE:
         return None
-    if name in INSTANCE_PRESETS:
-        return INSTANCE_PRESETS[name]
+    if name in PRESET_INSTANCE_TYPES:
+        return PRESET_INSTANCE_TYPES[name]
     if name in INSTANCE_TYPES:
         return name
-    choices = [CPU_INSTANCE, *INSTANCE_PRESETS, *INSTANCE_TYPES]
+    choices = [CPU_INSTANCE, *PRESET_INSTANCE_TYPES, *INSTANCE_TYPES]
     guess = difflib.get_close_matches(name, choices, n=1)
-    fix = f"did you mean {guess[0]!r}?" if guess else f"use {CPU_INSTANCE!r}, a preset ({', '.join(INSTANCE_PRESETS)}) or an instance type"
+    fix = f"did you mean {guess[0]!r}?" if guess else f"use {CPU_INSTANCE!r}, a preset ({', '.join(PRESET_INSTANCE_TYPES)}) or an instance type"
     raise JobSpecError(path, "unknown instance type or preset", name, fix=fix)
 
 

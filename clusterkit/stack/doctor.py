@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clusterkit.catalog import InstanceType, find_instance_type
+from clusterkit.catalog import InstanceType, find_instance_type, resolve_instance_type
 from clusterkit.errors import ClusterkitError
 from clusterkit.stack.probe import Probe
 from clusterkit.stack.versions import version_tuple
@@ -440,11 +440,8 @@ NO_ACCELERATOR = "no accelerator found: no /dev/nvidia* or /dev/neuron* devices 
 
 
 def _instance(probe: Probe, expect_instance_type: str | None) -> tuple[InstanceType | None, str]:
-    from clusterkit.jobs.spec import INSTANCE_PRESETS
-
     if expect_instance_type:
-        name = INSTANCE_PRESETS.get(expect_instance_type, expect_instance_type)
-        facts = find_instance_type(name)
+        facts = resolve_instance_type(expect_instance_type)
         if facts is None:
             raise ClusterkitError(f"--expect-instance-type: unknown instance type {expect_instance_type!r}",
                                   fix="pass an EC2 instance type such as p4d.24xlarge or a preset such as p5")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clusterkit.catalog import INSTANCE_TYPES, InstanceType, find_instance_type
+from clusterkit.catalog import INSTANCE_TYPES, InstanceType
 from clusterkit.errors import ClusterkitError
 from clusterkit.stack.doctor import CheckResult, Status
 
@@ -115,7 +115,8 @@ def judge_bandwidth(report: BandwidthReport, instance: InstanceType | None) -> C
 def nccl_test_spec(nodes: int, *, cluster: str | None = None, instance_type: str | None = None,
                    image: str | None = None, binary: str = ALL_REDUCE_BINARY) -> JobSpec:
     """A job spec running all_reduce_perf (GPU) or nccom-test (Trainium) across `nodes` nodes."""
-    from clusterkit.jobs.spec import INSTANCE_PRESETS, job_from_dict
+    from clusterkit.catalog import resolve_instance_type
+    from clusterkit.jobs.spec import job_from_dict
 
     data: dict = {"name": "nccl-tests", "nodes": nodes, "exclusive": True, "requeue": False,
                   "logs": {"output": "logs/%x_%j.out"}}
@@ -125,7 +126,7 @@ def nccl_test_spec(nodes: int, *, cluster: str | None = None, instance_type: str
         data["instance"] = instance_type
     if image:
         data["container"] = {"runtime": "pyxis", "image": image}
-    facts = find_instance_type(INSTANCE_PRESETS.get(instance_type, instance_type)) if instance_type else None
+    facts = resolve_instance_type(instance_type) if instance_type else None
     if facts is not None and facts.accelerator == "neuron":
         if nodes != 1:
             raise ClusterkitError(f"--nodes {nodes}: nccom-test across nodes needs its --hosts list, which this "

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from clusterkit.catalog import InstanceType, find_instance_type
+from clusterkit.catalog import InstanceType
 from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Finding, Level
 from clusterkit.stack.versions import at_least, version_tuple
@@ -175,9 +175,9 @@ def _check_instance(options: RecipeOptions, error: Any) -> None:
 
 
 def _instance_facts(name: str) -> InstanceType | None:
-    from clusterkit.jobs.spec import INSTANCE_PRESETS
+    from clusterkit.catalog import resolve_instance_type
 
-    return find_instance_type(INSTANCE_PRESETS.get(name, name))
+    return resolve_instance_type(name)
 
 
 def render_dockerfile(options: RecipeOptions) -> str:
