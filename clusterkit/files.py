@@ -9,6 +9,15 @@ from pathlib import Path
 from clusterkit.errors import ClusterkitError
 
 
+def read_text(path: str | Path, what: str) -> str:
+    """A text file the user named; unreadable is one clear error naming `what` it should have been."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ClusterkitError(f"cannot read {what} {str(path)!r}: {error}",
+                              fix=f"pass the path of a readable {what}") from None
+
+
 def write_atomically(path: str | Path, text: str) -> None:
     """Write through a temporary file in the same directory and rename: readers never see half a file."""
     path = Path(path)

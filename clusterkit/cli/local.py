@@ -48,41 +48,34 @@ def _cluster(name: str):
     return LocalCluster.get(name)
 
 
+def _report(args: argparse.Namespace, data: dict, text: str) -> int:
+    """What a fault-injection verb did: JSON for scripts, one line for people."""
+    if args.output == "json":
+        print_json({"cluster": args.name, "node": args.node, **data})
+    else:
+        print(text)
+    return 0
+
+
 def crash_node(args: argparse.Namespace) -> int:
     killed = _cluster(args.name).crash_node(args.node)
-    if args.output == "json":
-        print_json({"cluster": args.name, "node": args.node, "killed_pids": killed})
-    else:
-        print(f"node {args.node} crashed: killed {len(killed)} processes; Slurm marks it DOWN "
-              f"once SlurmdTimeout passes")
-    return 0
+    return _report(args, {"killed_pids": killed}, f"node {args.node} crashed: killed {len(killed)} processes; "
+                   "Slurm marks it DOWN once SlurmdTimeout passes")
 
 
 def start_node(args: argparse.Namespace) -> int:
     _cluster(args.name).start_node(args.node)
-    if args.output == "json":
-        print_json({"cluster": args.name, "node": args.node, "started": True})
-    else:
-        print(f"node {args.node} is back")
-    return 0
+    return _report(args, {"started": True}, f"node {args.node} is back")
 
 
 def fail_health(args: argparse.Namespace) -> int:
     _cluster(args.name).fail_health(args.node, args.reason)
-    if args.output == "json":
-        print_json({"cluster": args.name, "node": args.node, "fault": args.reason})
-    else:
-        print(f"node {args.node}'s health check now fails: {args.reason}")
-    return 0
+    return _report(args, {"fault": args.reason}, f"node {args.node}'s health check now fails: {args.reason}")
 
 
 def heal_node(args: argparse.Namespace) -> int:
     _cluster(args.name).heal(args.node)
-    if args.output == "json":
-        print_json({"cluster": args.name, "node": args.node, "healed": True})
-    else:
-        print(f"node {args.node} is healthy and in service")
-    return 0
+    return _report(args, {"healed": True}, f"node {args.node} is healthy and in service")
 
 
 def print_env(args: argparse.Namespace) -> int:

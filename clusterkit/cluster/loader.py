@@ -17,6 +17,7 @@ from pathlib import Path
 
 from clusterkit.cluster.spec import ClusterSpec
 from clusterkit.errors import ClusterkitError
+from clusterkit.files import read_text
 from clusterkit.findings import Finding, Level
 
 _TYPE_NAMES = {str: "a string", int: "a whole number", bool: "true or false", float: "a number"}
@@ -198,13 +199,7 @@ def load_spec_text(text: str, source: str = "<spec>") -> tuple[ClusterSpec | Non
 
 def read_spec_file(path: str | Path) -> object:
     """Parse a YAML spec file into raw data; unreadable or malformed files are a ClusterkitError."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ClusterkitError(f"cannot read cluster spec {path}: {error}",
-                              fix="pass the path of a readable YAML spec file") from None
-    return parse_yaml(text, str(path))
+    return parse_yaml(read_text(path, "cluster spec (YAML)"), str(path))
 
 
 def load_spec_file(path: str | Path) -> tuple[ClusterSpec | None, list[Finding]]:

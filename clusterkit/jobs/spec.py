@@ -14,11 +14,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from os import PathLike
-from pathlib import Path
 from typing import Any
 
 from clusterkit.catalog import INSTANCE_TYPES, PRESET_INSTANCE_TYPES, InstanceType, find_instance_type
 from clusterkit.errors import ClusterkitError
+from clusterkit.files import read_text
 from clusterkit.findings import Finding, Level
 from clusterkit.registry import CLUSTER_NAME_RE
 
@@ -171,13 +171,7 @@ class JobSpec:
 
 def load_job(path: str | PathLike[str]) -> JobSpec:
     """Load a job spec from a YAML file."""
-    file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ClusterkitError(f"cannot read job spec {str(file)!r}: {error}",
-                              fix="pass the path of a readable YAML file") from None
-    return job_from_yaml(text, origin=str(file))
+    return job_from_yaml(read_text(path, "job spec (YAML)"), origin=str(path))
 
 
 def job_from_yaml(text: str, origin: str = "<job spec>") -> JobSpec:
