@@ -3,8 +3,7 @@
     python bench/bench_dry_run.py [--repeat N]
 
 Each figure is the best of N fresh processes (start-up included), so it is what a user waits for.
-Target: the dry run takes at most 0.2 s. If `clusterkit create-cluster` is not wired into the CLI
-yet, the same dry run is timed through clusterkit.cli.cluster_config directly, and the output says so.
+Target: the dry run takes at most 0.2 s.
 """
 
 from __future__ import annotations
@@ -19,18 +18,6 @@ from pathlib import Path
 
 TARGET_SECONDS = 0.2
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# Used only when the verb is not wired: the same handler behind a minimal create-cluster parser.
-DIRECT_DRY_RUN = """
-import argparse, sys
-from clusterkit.cli.cluster_config import add_spec_arguments, run_aws_create
-parser = argparse.ArgumentParser()
-parser.add_argument("--name"); parser.add_argument("--dry-run", action="store_true")
-parser.add_argument("--output", default="table")
-add_spec_arguments(parser)
-sys.exit(run_aws_create(parser.parse_args(sys.argv[1:])))
-"""
-
-
 def best_of(command: list[str], repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -40,13 +27,9 @@ def best_of(command: list[str], repeat: int) -> float:
     return best
 
 
-def dry_run_command(output_config: Path) -> tuple[list[str], str]:
-    flags = ["--preset", "p4de", "--name", "bench", "--dry-run", "--output-config", str(output_config)]
-    cli = [sys.executable, "-m", "clusterkit", "create-cluster", *flags]
-    wired = subprocess.run([*cli[:4], "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
-    if wired.returncode == 0 and "--preset" in wired.stdout:
-        return cli, "python -m clusterkit create-cluster"
-    return [sys.executable, "-c", DIRECT_DRY_RUN, *flags], "clusterkit.cli.cluster_config (CLI verb not wired yet)"
+def dry_run_command(output_config: Path) -> list[str]:
+    return [sys.executable, "-m", "clusterkit", "create-cluster", "--preset", "p4de", "--name", "bench", "--dry-run",
+            "--output-config", str(output_config)]
 
 
 def main() -> int:
@@ -56,12 +39,11 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as scratch:
         output_config = Path(scratch) / "x.yaml"
-        command, how = dry_run_command(output_config)
-        dry_run = best_of(command, args.repeat)
+        dry_run = best_of(dry_run_command(output_config), args.repeat)
         if not output_config.is_file():
             print("error: the dry run wrote no config", file=sys.stderr)
             return 1
-    print(f"clusterkit dry run (p4de) via {how}: {dry_run:.3f} s best of {args.repeat}")
+    print(f"clusterkit create-cluster --dry-run (p4de): {dry_run:.3f} s best of {args.repeat}")
 
     pcluster = shutil.which("pcluster", path=str(Path(sys.executable).parent)) or shutil.which("pcluster")
     if pcluster is None:

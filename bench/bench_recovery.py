@@ -53,8 +53,8 @@ def main() -> None:
         crash_at = options.checkpoint_every * 2 + options.checkpoint_every // 2
         processes.wait_until(lambda: last_step(first_try) >= crash_at, 120, "training to reach the crash step",
                              interval=0.05)
-        nodes = cluster.slurm.run("scontrol", "show", "hostnames",
-                                  cluster.slurm.job_details(handle.job_id)["NodeList"]).stdout.split()
+        nodes = cluster.slurm().run("scontrol", "show", "hostnames",
+                                  cluster.slurm().job_details(handle.job_id)["NodeList"]).stdout.split()
         step_at_crash = last_step(first_try)
         crashed = time.time()
         cluster.crash_node(nodes[-1])

@@ -47,7 +47,7 @@ def main() -> None:
         assert [h.result(timeout=600) for h in separate] == [x * x for x in range(options.tasks)]
         separate_total = time.perf_counter() - started
 
-        tracker = tracker_for(cluster.slurm)
+        tracker = tracker_for(cluster.slurm())
         before = tracker.scheduler_calls
         tracker.snapshot(fresh=True)
         states = {h.job_id: h.state for h in array + separate}  # served from that one snapshot

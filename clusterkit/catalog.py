@@ -88,14 +88,15 @@ INSTANCE_TYPES: dict[str, InstanceType] = _types(
 )
 
 
-# Short names for the instance types people train on (job specs, doctor, recipes, nccl-test).
+# Short names for the instance types people train on: a cluster preset builds its nodes of this type,
+# and a job spec, doctor, recipes and nccl-test mean the same machine by the same word.
 PRESET_INSTANCE_TYPES: dict[str, str] = {
     "p4d": "p4d.24xlarge",
     "p4de": "p4de.24xlarge",
     "p5": "p5.48xlarge",
     "trn1": "trn1.32xlarge",
     "trn1n": "trn1n.32xlarge",
-    "g5": "g5.48xlarge",
+    "g5": "g5.12xlarge",
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -35,3 +36,24 @@ def write_atomically(path: str | Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_user_file(path: str | Path, text: str) -> None:
+    """Write a file the user named (e.g. --output-config): only ever a regular file, new or replaced.
+
+    The atomic rename of `write_atomically` would put a regular file in place of whatever is there, so
+    a device, directory, FIFO or socket at `path` is refused first, and nothing is written.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:
+        raise ClusterkitError(f"cannot write {str(path)!r}: {error.strerror or error}",
+                              fix="choose a path in a directory you can write") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+        raise ClusterkitError(f"will not write {str(path)!r}: it is {kind}, not a regular file",
+                              fix="name a new file or an existing regular file")
+    write_atomically(path, text)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+SHOWN_VALUE_CHARS = 80
+
 
 class Level(str, enum.Enum):
     ERROR = "error"
@@ -12,15 +14,30 @@ class Level(str, enum.Enum):
     INFO = "info"
 
 
+def shorten(value: object, limit: int = SHOWN_VALUE_CHARS) -> object:
+    """A value fit to show: scalars as they are (long text cut, with its length), anything else as a short repr."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 20]}... ({len(text):,} characters)"
+
+
 @dataclass(frozen=True)
 class Finding:
-    """One rule's verdict on one field: `path` is the field in the user's spec (e.g. `queues[0].name`)."""
+    """One rule's verdict on one field: `path` is the field in the user's spec (e.g. `queues[0].name`),
+    `rule` the id of the rule that made it (e.g. `cluster.efa-support`)."""
 
     level: Level
     path: str
     message: str
     fix: str = ""
     value: object = None
+    rule: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", shorten(self.value))
 
     def to_dict(self) -> dict:
         return {
@@ -29,6 +46,7 @@ class Finding:
             "message": self.message,
             "fix": self.fix,
             "value": self.value,
+            "rule": self.rule,
         }
 
     def __str__(self) -> str:
@@ -36,5 +54,9 @@ class Finding:
         return f"{text} (fix: {self.fix})" if self.fix else text
 
 
-def has_errors(findings: list[Finding]) -> bool:
+def has_errors(findings: list[Finding] | tuple[Finding, ...]) -> bool:
     return any(f.level is Level.ERROR for f in findings)
+
+
+def errors(findings: list[Finding] | tuple[Finding, ...]) -> list[Finding]:
+    return [f for f in findings if f.level is Level.ERROR]

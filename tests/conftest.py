@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.fakes import FakeSlurm, make_fake_slurm
+
 if TYPE_CHECKING:
     from clusterkit.providers.local.cluster import LocalCluster
 
@@ -52,3 +54,9 @@ def job_dir(tmp_path: Path) -> Path:
     """A directory every node can write to (all nodes share this machine's file system)."""
     tmp_path.chmod(0o777)
     return tmp_path
+
+
+@pytest.fixture
+def fake_slurm(tmp_path: Path) -> FakeSlurm:
+    """Fake srun/scontrol (and recorders of the programs steps start) on a PATH of their own."""
+    return make_fake_slurm(tmp_path)

@@ -11,4 +11,4 @@ def assert_matches_golden(text: str, golden: Path) -> None:
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(text)
     assert golden.exists(), f"no golden file {golden}: run with CLUSTERKIT_UPDATE_GOLDEN=1 once"
-    assert text == golden.read_text(), f"rendered text differs from {golden}"
+    assert text == golden.read_text(), f"rendered text differs from {golden} (CLUSTERKIT_UPDATE_GOLDEN=1 rewrites it)"

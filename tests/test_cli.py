@@ -52,9 +52,25 @@ def test_invalid_cluster_name_names_the_value_and_the_fix():
     assert "invalid cluster name '9; rm -rf /'" in result.stderr and "start with a letter" in result.stderr
 
 
-def test_list_clusters_json_is_a_list():
-    result = run_cli("list-clusters", "--output", "json")
-    assert result.returncode == 0 and isinstance(json.loads(result.stdout), list)
+def test_list_clusters_shows_every_registered_cluster(tmp_path):
+    from clusterkit import registry
+    from clusterkit.providers.local.cluster import LocalCluster
+    from clusterkit.providers.local.config import LocalClusterConfig
+
+    env = dict(os.environ, CLUSTERKIT_HOME=str(tmp_path))
+    assert json.loads(run_cli("list-clusters", "--output", "json", env=env).stdout) == []
+    saved = os.environ["CLUSTERKIT_HOME"]
+    os.environ["CLUSTERKIT_HOME"] = str(tmp_path)
+    try:  # a record whose daemons are not running: a stopped cluster
+        registry.save(LocalCluster.from_config(LocalClusterConfig("idle", 2, 2, 0, 4000, 24000, "host")).record)
+    finally:
+        os.environ["CLUSTERKIT_HOME"] = saved
+    listed = json.loads(run_cli("list-clusters", "--output", "json", env=env).stdout)
+    assert [(c["name"], c["provider"], c["status"], len(c["nodes"])) for c in listed] == [
+        ("idle", "local", "stopped", 2)]
+    table = run_cli("list-clusters", env=env).stdout.splitlines()
+    assert table[0].split() == ["NAME", "PROVIDER", "STATUS", "NODES", "CREATED"] and table[1].split()[:4] == [
+        "idle", "local", "stopped", "2"]
 
 
 def test_dry_run_shows_files_and_daemons_and_writes_nothing(tmp_path):
@@ -64,7 +80,7 @@ def test_dry_run_shows_files_and_daemons_and_writes_nothing(tmp_path):
     plan = json.loads(result.stdout)
     slurm_conf = next(text for path, text in plan["files"].items() if path.endswith("slurm.conf"))
     assert "NodeName=n[1-3]" in slurm_conf
-    assert sum("slurmd -D" in command for command in plan["commands"]) == 3
+    assert sum("slurmd -D" in command for command in plan["actions"]) == 3
     assert list(tmp_path.iterdir()) == []
 
 

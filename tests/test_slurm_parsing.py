@@ -1,4 +1,4 @@
-"""slurm.py against recorded outputs of Slurm's commands (fake binaries on PATH): parsing edge cases."""
+"""slurm.py against recorded outputs of Slurm's commands (the suite's fake binaries on PATH): parsing edge cases."""
 
 from __future__ import annotations
 
@@ -9,17 +9,13 @@ import pytest
 
 from clusterkit.slurm import Slurm
 
+from tests.fakes import FakeSlurm
+
 
 @pytest.fixture
-def fake_slurm_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    def install(command: str, output: str, exit_code: int = 0) -> None:
-        (tmp_path / f"{command}.out").write_text(output)
-        script = tmp_path / command
-        script.write_text(f'#!/bin/sh\ncat "{tmp_path}/{command}.out"\nexit {exit_code}\n')
-        script.chmod(0o755)
-
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    return install
+def fake_slurm_bin(fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PATH", f"{fake_slurm.bin}{os.pathsep}{os.environ['PATH']}")
+    return fake_slurm.record
 
 
 def test_accounting_keeps_job_names_that_contain_the_separator(fake_slurm_bin):

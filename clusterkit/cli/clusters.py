@@ -1,6 +1,7 @@
 """Cluster verbs: create-cluster, describe-cluster, list-clusters, update-cluster, delete-cluster.
 
-One set of verbs for every provider; the cluster's registry record chooses the provider object.
+One set of verbs for every provider: they call the provider interface (plan, prepare, apply; describe,
+resize, deletion, delete) and print what comes back. Nothing here knows which provider it talks to.
 """
 
 from __future__ import annotations
@@ -10,21 +11,20 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from clusterkit.cli import cluster_config
-from clusterkit.cli.output import print_json, print_table, progress
+from clusterkit.cli.output import print_findings, print_json, print_table, progress
 from clusterkit.errors import ClusterkitError
-from clusterkit.providers import open_cluster
 
 if TYPE_CHECKING:
-    from clusterkit.registry import ClusterRecord
+    from clusterkit.cluster.plan import ClusterPlan
+    from clusterkit.providers import ClusterInfo, DeletionPlan, Progress
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     create = subparsers.add_parser(
         "create-cluster", parents=[common], help="create a cluster (local Slurm, or AWS through ParallelCluster)",
         description="Create a cluster: a real local Slurm cluster on this machine (--provider local), or, "
-                    "from a preset or spec file, an AWS ParallelCluster v3 cluster (--provider aws; with "
-                    "--dry-run only its config, offline).")
+                    "from a preset or spec file, an AWS ParallelCluster v3 cluster (--provider aws). --dry-run "
+                    "shows the plan (files, config, actions) and changes nothing.")
     create.add_argument("--name", required=True, help="cluster name")
     create.add_argument("--provider", choices=("local", "aws"), default=None,
                         help="where the cluster runs (default: aws with --preset/--file, else local)")
@@ -33,7 +33,16 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     local.add_argument("--nodes", type=int, default=4, help="number of nodes (default 4)")
     local.add_argument("--cpus-per-node", type=int, default=2, help="CPUs per node (default 2)")
     local.add_argument("--gpus-per-node", type=int, default=0, help="fake GPUs per node, through gres (default 0)")
-    cluster_config.add_spec_arguments(create)
+    source = create.add_argument_group("cluster spec (AWS)")
+    source.add_argument("--preset", metavar="NAME", help="start from a preset: p4de, p4d, p5, trn1, trn1n, g5")
+    source.add_argument("--file", metavar="SPEC.yaml", help="start from a cluster spec file")
+    source.add_argument("--region", metavar="R", help="AWS region (overrides the spec)")
+    source.add_argument("--subnet-id", metavar="S", help="subnet of the head node and queues (overrides the spec)")
+    source.add_argument("--key-name", metavar="K", help="EC2 key pair for SSH (overrides the spec)")
+    source.add_argument("--output-config", metavar="FILE",
+                        help="write the ParallelCluster config here (the same bytes with and without --dry-run)")
+    source.add_argument("--custom-ami", metavar="NAME_OR_ID",
+                        help="boot nodes from this AMI (name or ami- id, looked up on AWS; not used by --dry-run)")
     create.set_defaults(handler=create_cluster)
 
     describe = subparsers.add_parser("describe-cluster", parents=[common], help="show a cluster and its nodes")
@@ -52,74 +61,134 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
                         help="which compute resource, when the queue has several")
     update.set_defaults(handler=update_cluster)
 
-    delete = subparsers.add_parser("delete-cluster", parents=[common], help="stop and remove a cluster")
+    delete = subparsers.add_parser("delete-cluster", parents=[common], help="stop and remove a cluster",
+                                   description="Delete a cluster. It first says what goes and what stays; AWS "
+                                               "clusters ask before deleting (--yes to agree up front).")
     delete.add_argument("name")
     delete.add_argument("--yes", "-y", action="store_true",
                         help="do not ask before deleting an AWS cluster (needed when not interactive)")
+    delete.add_argument("--dry-run", action="store_true", help="say what would be deleted and kept; delete nothing")
     delete.set_defaults(handler=delete_cluster)
 
 
-def create_cluster(args: argparse.Namespace) -> int:
-    provider = args.provider or ("aws" if args.preset or args.file else "local")
-    if provider == "aws":
-        return cluster_config.run_aws_create(args)
-    if args.preset or args.file:
-        raise ClusterkitError("--preset and --file describe AWS clusters",
-                              fix="drop them for a local cluster, or use --provider aws")
-    from clusterkit.providers.local.cluster import LocalCluster
+def _say(args: argparse.Namespace) -> Progress:
+    from clusterkit.providers import quiet
 
+    return progress if args.output == "table" else quiet
+
+
+def create_cluster(args: argparse.Namespace) -> int:
+    from clusterkit.cluster.plan import ClusterRequest
+    from clusterkit.providers import provider_named
+
+    request = ClusterRequest(
+        name=args.name, provider=args.provider, preset=args.preset, spec_file=args.file, region=args.region,
+        subnet_id=args.subnet_id, key_name=args.key_name, custom_ami=args.custom_ami, nodes=args.nodes,
+        cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node)
+    provider = provider_named(request.provider_name)
+    if args.output_config and request.provider_name != "aws":
+        raise ClusterkitError("--output-config writes a ParallelCluster config; a local cluster has none",
+                              fix="drop --output-config, or use --provider aws")
+    plan = provider.plan(request)
     if args.dry_run:
-        plan = LocalCluster.plan(args.name, nodes=args.nodes, cpus_per_node=args.cpus_per_node,
-                                 gpus_per_node=args.gpus_per_node)
-        if args.output == "json":
-            print_json(plan)
-        else:
-            print(f"# would create local cluster {args.name!r} in {plan['directory']}")
-            for path, text in plan["files"].items():
-                print(f"\n# --- {path}\n{text}", end="")
-            print("\n# daemons it would start:")
-            for command in plan["commands"]:
-                print(command)
-        return 0
+        return _print_plan(plan, args)
+    if not plan.ok:
+        return _refuse(plan, args, "the spec has errors: nothing was created")
+    say = _say(args)
     started = time.monotonic()
-    cluster = LocalCluster.create(args.name, nodes=args.nodes, cpus_per_node=args.cpus_per_node,
-                                  gpus_per_node=args.gpus_per_node,
-                                  progress=progress if args.output == "table" else lambda _: None)
+    plan = provider.prepare(plan, say)
+    if not plan.ok:
+        return _refuse(plan, args, "AWS or ParallelCluster refused the cluster: nothing was created")
+    _write_output_config(plan, args)
+    if args.output == "table":
+        print_findings([f for f in plan.findings if f.level.value != "info"], sys.stderr)
+        for key, value in plan.details.get("chosen", {}).items():
+            say(f"chose {key}: {value}")
+    cluster = provider.apply(plan, say)
     info = cluster.describe()
-    info["seconds"] = round(time.monotonic() - started, 2)
+    seconds = round(time.monotonic() - started, 2)
     if args.output == "json":
-        print_json(info)
+        print_json({**info.to_dict(), "seconds": seconds, "plan": plan.to_dict()})
     else:
-        print(f"cluster {args.name!r} is {info['status']} with {len(info['nodes'])} nodes "
-              f"({info['seconds']} s)")
-        print(f"use Slurm directly: export SLURM_CONF={info['slurm_conf']}")
+        print(f"cluster {info.name!r} is {info.status}" + (f" {info.where}" if info.where else "") + f" ({seconds} s)")
     return 0
 
 
+def _write_output_config(plan: ClusterPlan, args: argparse.Namespace) -> None:
+    if args.output_config and plan.config_text is not None:
+        from clusterkit.files import write_user_file
+
+        write_user_file(args.output_config, plan.config_text)
+
+
+def _print_plan(plan: ClusterPlan, args: argparse.Namespace) -> int:
+    """A dry run: the plan, and (with --output-config) the config file, written only when the plan is ok."""
+    if plan.ok:
+        _write_output_config(plan, args)
+    if args.output == "json":
+        print_json({**plan.to_dict(), "config_file": args.output_config if plan.ok else None})
+        return 0 if plan.ok else 1
+    if not plan.ok:
+        print_findings(plan.findings, sys.stderr)
+        print("nothing would be created: fix the errors above", file=sys.stderr)
+        return 1
+    # What a dry run produces goes to stdout (a config can be piped); the rest to stderr, then.
+    report = sys.stdout
+    if plan.config_text is not None and not args.output_config:
+        sys.stdout.write(plan.config_text)
+        report = sys.stderr
+    elif plan.config_text is None:
+        print(f"# would create {plan.provider} cluster {plan.name!r}" +
+              (f" in {plan.details['directory']}" if "directory" in plan.details else ""), file=report)
+        for path, text in plan.files.items():
+            print(f"\n# --- {path}\n{text}", end="", file=report)
+    print_findings(plan.findings, report)
+    for line in plan.summary.lines() if plan.summary else []:
+        print(line, file=report)
+    print("\n# what it would do:", file=report)
+    for action in plan.actions:
+        print(action, file=report)
+    if args.output_config:
+        print(f"wrote {args.output_config}", file=report)
+    return 0
+
+
+def _refuse(plan: ClusterPlan, args: argparse.Namespace, summary: str) -> int:
+    if args.output == "json":
+        print_json({"created": False, "findings": [finding.to_dict() for finding in plan.findings]})
+    else:
+        print_findings(plan.findings, sys.stderr)
+        print(summary, file=sys.stderr)
+    return 1
+
+
+def _print_info(info: ClusterInfo) -> None:
+    print(f"cluster {info.name} ({info.provider}): {info.status}")
+    for key, value in info.details.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        print(f"{key}: {value}")
+    if info.nodes:
+        headers = list(info.nodes[0])
+        print_table(headers, [[node.get(header) for header in headers] for node in info.nodes])
+
+
 def describe_cluster(args: argparse.Namespace) -> int:
+    from clusterkit.providers import open_cluster
+
     info = open_cluster(args.name).describe()
     if args.output == "json":
-        print_json(info)
-        return 0
-    print(f"cluster {info['name']} ({info['provider']}): {info['status']}")
-    if info["provider"] == "aws":
-        print(f"region {info['region']}, stack {info['stack_name']} ({info['stack_status']})")
-        print(f"config: {info['config_file']}")
-        print_table(["node", "type", "queue", "instance type", "state", "private ip"],
-                    [[n["name"], n["node_type"], n["queue"], n["instance_type"], n["state"], n["private_ip"]]
-                     for n in info["nodes"]])
-        return 0
-    if "slurm_conf" in info:
-        print(f"slurm.conf: {info['slurm_conf']}")
-    print_table(["node", "state", "cpus", "gres", "reason"],
-                [[n["name"], n["state"], n["cpus"], n["gres"], n["reason"]] for n in info["nodes"]])
+        print_json(info.to_dict())
+    else:
+        _print_info(info)
     return 0
 
 
 def list_clusters(args: argparse.Namespace) -> int:
     from clusterkit import registry
 
-    clusters = [_describe_or_say_why(record) for record in registry.all_records()]
+    clusters = [_describe_or_say_why(record.name, record.provider, record.created)
+                for record in registry.all_records()]
     if args.output == "json":
         print_json(clusters)
     elif not clusters:
@@ -130,26 +199,23 @@ def list_clusters(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe_or_say_why(record: ClusterRecord) -> dict[str, Any]:
+def _describe_or_say_why(name: str, provider: str, created: str) -> dict[str, Any]:
     """One cluster that cannot be described (no credentials, say) must not hide the others."""
+    from clusterkit.providers import open_cluster
+
     try:
-        return open_cluster(record.name).describe()
+        return open_cluster(name).describe().to_dict()
     except ClusterkitError as error:
-        return {"name": record.name, "provider": record.provider, "status": "unknown", "created": record.created,
-                "nodes": [], "error": str(error)}
+        return {"name": name, "provider": provider, "status": "unknown", "created": created, "nodes": [],
+                "error": str(error)}
 
 
 def update_cluster(args: argparse.Namespace) -> int:
-    from clusterkit import registry
+    from clusterkit.providers import open_cluster
 
-    provider = registry.load(args.name).provider
-    if provider != "aws":
-        raise ClusterkitError(f"cluster {args.name!r} is a {provider} cluster, whose size is fixed",
-                              fix="delete it and create it again with the size you need (--nodes N)")
-    cluster = open_cluster(args.name)
     started = time.monotonic()
-    result = cluster.update_queue(args.queue, args.max_count, args.min_count, args.compute_resource,
-                                  progress=progress if args.output == "table" else lambda _: None)
+    result = open_cluster(args.name).resize(args.queue, args.max_count, args.min_count, args.compute_resource,
+                                            progress=_say(args))
     result["seconds"] = round(time.monotonic() - started, 2)
     if args.output == "json":
         print_json(result)
@@ -160,29 +226,46 @@ def update_cluster(args: argparse.Namespace) -> int:
 
 
 def delete_cluster(args: argparse.Namespace) -> int:
+    from clusterkit.providers import open_cluster
+
     cluster = open_cluster(args.name)
+    deletion = cluster.deletion()
+    if args.dry_run:
+        _print_deletion(deletion, args)
+        return 0
+    if deletion.confirm and not args.yes:
+        _confirm(deletion)
     started = time.monotonic()
-    if cluster.record.provider == "aws":
-        # An AWS cluster takes its stack, and storage it created with DeletionPolicy Delete, along.
-        _confirm_delete(args.name, cluster.region, args.yes)
-        cluster.delete(progress=progress if args.output == "table" else lambda _: None)
-    else:
-        cluster.delete()
+    cluster.delete(progress=_say(args))
     seconds = round(time.monotonic() - started, 2)
     if args.output == "json":
-        print_json({"name": args.name, "deleted": True, "seconds": seconds})
+        print_json({**deletion.to_dict(), "deleted": True, "seconds": seconds})
     else:
-        print(f"cluster {args.name!r} deleted ({seconds} s)")
+        print(f"cluster {args.name!r} deleted ({seconds} s)" +
+              (f"; kept: {'; '.join(deletion.keeps)}" if deletion.keeps else ""))
     return 0
 
 
-def _confirm_delete(name: str, region: str, yes: bool) -> None:
-    if yes:
+def _print_deletion(deletion: DeletionPlan, args: argparse.Namespace) -> None:
+    if args.output == "json":
+        print_json(deletion.to_dict())
         return
+    print(f"deleting cluster {deletion.name!r} would remove:")
+    for item in deletion.deletes:
+        print(f"  - {item}")
+    if deletion.keeps:
+        print("and keep:")
+        for item in deletion.keeps:
+            print(f"  - {item}")
+
+
+def _confirm(deletion: DeletionPlan) -> None:
     if not sys.stdin.isatty():
-        raise ClusterkitError(f"deleting AWS cluster {name!r} needs confirmation and there is no terminal to ask",
-                              fix="pass --yes")
-    answer = input(f"delete AWS cluster {name!r} in {region}, with its head node, compute nodes and the "
-                   f"storage it created? [y/N] ")
+        raise ClusterkitError(f"deleting cluster {deletion.name!r} needs confirmation and there is no terminal to ask",
+                              fix="see what it deletes with --dry-run, then pass --yes")
+    print(f"deleting cluster {deletion.name!r} removes: " + "; ".join(deletion.deletes), file=sys.stderr)
+    if deletion.keeps:
+        print("it keeps: " + "; ".join(deletion.keeps), file=sys.stderr)
+    answer = input(f"delete cluster {deletion.name!r}? [y/N] ")
     if answer.strip().lower() not in ("y", "yes"):
-        raise ClusterkitError(f"cluster {name!r} not deleted", fix="answer y, or pass --yes")
+        raise ClusterkitError(f"cluster {deletion.name!r} not deleted", fix="answer y, or pass --yes")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
-from clusterkit.cli.output import print_json, print_table, progress
+from clusterkit.cli.output import print_findings, print_json, print_table, progress
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -51,37 +50,47 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     jobs.set_defaults(handler=list_jobs)
 
 
-def print_rendered_job(spec, output: str) -> int:
-    """A job's dry run: the exact sbatch script that would be submitted."""
-    from clusterkit.jobs.render import render_sbatch
+def print_plan(plan, output: str) -> int:  # noqa: ANN001 - a JobPlan
+    """A job's dry run: the exact sbatch script that would be submitted (and what was found on the way)."""
+    from clusterkit.findings import Level
 
-    script = render_sbatch(spec)
     if output == "json":
-        print_json({"name": spec.name, "script": script})
-    else:
-        sys.stdout.write(script)
-    return 0
+        print_json(plan.to_dict())
+        return 0 if plan.ok else 1
+    print_findings([f for f in plan.findings if f.level is not Level.INFO], sys.stderr)
+    if plan.script is None:
+        print("no script: fix the errors above", file=sys.stderr)
+        return 1
+    sys.stdout.write(plan.script)
+    return 0 if plan.ok else 1
 
 
 def submit_spec(args: argparse.Namespace) -> int:
+    from clusterkit.findings import Level
+    from clusterkit.jobs.plan import plan_job
     from clusterkit.jobs.spec import load_job
+    from clusterkit.jobs.submit import submit_plan
 
     spec = load_job(args.spec)
+    plan = plan_job(spec, args.cluster, preflight=not args.no_preflight, spec_file=args.spec,
+                    need_cluster=not args.dry_run)
     if args.dry_run:
-        return print_rendered_job(spec, args.output)
-    from clusterkit.jobs.submit import submit_job
-
-    handle = submit_job(spec, args.cluster, preflight=not args.no_preflight, spec_file=args.spec)
+        return print_plan(plan, args.output)
+    if args.output == "table":
+        print_findings([f for f in plan.findings if f.level is Level.WARNING], sys.stderr)
+    handle = submit_plan(plan)
+    warnings = [f.to_dict() for f in plan.findings if f.level is Level.WARNING]
     if not args.wait:
         if args.output == "json":
-            print_json({"job_id": handle.job_id, "cluster": handle.cluster, "stdout": str(handle.stdout_path)})
+            print_json({"job_id": handle.job_id, "cluster": handle.cluster, "stdout": str(handle.stdout_path),
+                        "warnings": warnings})
         else:
             print(f"submitted job {handle.job_id} to cluster {handle.cluster!r}; log: {handle.stdout_path}")
         return 0
     state = handle.wait(progress=progress if args.output == "table" else None)
     if args.output == "json":
         print_json({"job_id": handle.job_id, "cluster": handle.cluster, "state": state,
-                    "stdout": str(handle.stdout_path)})
+                    "stdout": str(handle.stdout_path), "warnings": warnings})
     return 0 if state == "COMPLETED" else 1
 
 
@@ -92,23 +101,14 @@ def _handle(args: argparse.Namespace):
 
 
 def job_status(args: argparse.Namespace) -> int:
-    from clusterkit.jobs import records
-    from clusterkit.resilience.watcher import classify
-
-    handle = _handle(args)
-    record = records.find(handle.cluster, handle.job_id)
-    attempts = [{"attempt": index, "state": a.state, "exit_code": a.exit_code, "nodes": a.node_list,
-                 "start": a.start, "end": a.end, "classification": classify(a, index, record)}
-                for index, a in enumerate(handle.attempts())]
-    info = {"job_id": handle.job_id, "cluster": handle.cluster, "state": handle.state,
-            "stdout": str(handle.stdout_path) if handle.stdout_path else None, "attempts": attempts}
+    status = _handle(args).status()
     if args.output == "json":
-        print_json(info)
+        print_json(status.to_dict())
         return 0
-    print(f"job {info['job_id']} on {info['cluster']}: {info['state']}")
-    if attempts:
-        print_table(["attempt", "state", "exit_code", "nodes", "start", "end", "classification"],
-                    [list(a.values()) for a in attempts])
+    print(f"job {status.job_id} on {status.cluster}: {status.state}")
+    if status.attempts:
+        rows = [attempt.to_dict() for attempt in status.attempts]
+        print_table(list(rows[0]), [list(row.values()) for row in rows])
     return 0
 
 
@@ -123,18 +123,9 @@ def job_logs(args: argparse.Namespace) -> int:
         print_json({"job_id": handle.job_id, "state": handle.state, "stdout_path": str(handle.stdout_path),
                     "stdout": handle.stdout(), "stderr": handle.stderr()})
         return 0
-    position = 0
-    while True:
-        text = handle.stdout()
-        if len(text) > position:
-            sys.stdout.write(text[position:])
-            sys.stdout.flush()
-            position = len(text)
-        if not args.follow or handle.done():
-            break
-        time.sleep(0.5)
-    if args.follow:
-        sys.stdout.write(handle.stdout()[position:])  # what arrived between the last read and the end
+    for chunk in handle.follow_log(follow=args.follow):
+        sys.stdout.write(chunk)
+        sys.stdout.flush()
     stderr = handle.stderr()
     if stderr:
         sys.stderr.write(stderr)

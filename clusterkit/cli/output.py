@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from clusterkit.findings import Finding
 
 
 def print_json(data: Any) -> None:
@@ -26,3 +29,8 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 def progress(message: str) -> None:
     """Progress for people goes to stderr so that stdout stays clean for --output json."""
     print(message, file=sys.stderr, flush=True)
+
+
+def print_findings(findings: Iterable[Finding], stream: TextIO) -> None:
+    for finding in findings:
+        print(finding, file=stream)

@@ -90,9 +90,9 @@ def render_dockerfile(args: argparse.Namespace) -> int:
             progress(str(finding))
     text = render(options)  # raises on errors: nothing is written
     if args.output_file:
-        from clusterkit.files import write_atomically
+        from clusterkit.files import write_user_file
 
-        write_atomically(args.output_file, text)
+        write_user_file(args.output_file, text)
         progress(f"wrote {args.output_file}")
     elif args.output == "json":
         print_json({"accelerator": args.accelerator, "base": args.base, "dockerfile": text})
@@ -156,13 +156,16 @@ def run_nccl_test(args: argparse.Namespace) -> int:
     from clusterkit.stack.nccl_tests import judge_bandwidth, nccl_test_spec
     from clusterkit.stack.nccl_tests import run_nccl_test as run_test
 
-    spec = nccl_test_spec(args.nodes, cluster=args.cluster, instance_type=args.instance_type, image=args.image)
-    if args.dry_run:
-        from clusterkit.cli.jobs import print_rendered_job
+    from clusterkit.jobs.plan import plan_job
 
-        return print_rendered_job(spec, args.output)
-    handle, report = run_test(spec, args.cluster, timeout=args.timeout)
-    verdict = judge_bandwidth(report, spec.instance_facts)
+    spec = nccl_test_spec(args.nodes, cluster=args.cluster, instance_type=args.instance_type, image=args.image)
+    plan = plan_job(spec, args.cluster, need_cluster=not args.dry_run, preflight=not args.dry_run)
+    if args.dry_run:
+        from clusterkit.cli.jobs import print_plan
+
+        return print_plan(plan, args.output)
+    handle, report = run_test(plan, timeout=args.timeout)
+    verdict = judge_bandwidth(report, plan.spec.instance_facts if plan.spec else None)
     if args.output == "json":
         print_json({"job_id": handle.job_id, "state": handle.state, "stdout": str(handle.stdout_path),
                     "peak_busbw_gb_s": report.peak_busbw_gb_s, "average_busbw_gb_s": report.average_busbw_gb_s,

@@ -11,6 +11,7 @@ import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from clusterkit.catalog import PRESET_INSTANCE_TYPES
 from clusterkit.cluster.spec import (
     ClusterSpec,
     ComputeSpec,
@@ -34,8 +35,10 @@ def _cpu_queue() -> QueueSpec:
     return QueueSpec(name="cpu", compute=[ComputeSpec(name="c5-4xl", instance_type="c5.4xlarge", max_count=4)])
 
 
-def _training_cluster(name: str, instance_type: str, compute_name: str, max_count: int,
-                      fsx_capacity_gib: int, fsx_throughput: int) -> ClusterSpec:
+def _training_cluster(name: str, compute_name: str, max_count: int, fsx_capacity_gib: int,
+                      fsx_throughput: int) -> ClusterSpec:
+    """A training cluster of the preset's instance type (the catalog's, so jobs mean the same machine)."""
+    instance_type = PRESET_INSTANCE_TYPES[name]
     return ClusterSpec(
         name=name,
         head_node=HeadNodeSpec(instance_type="c5.9xlarge", root_volume_gb=500),
@@ -61,7 +64,7 @@ def _g5() -> ClusterSpec:
         name="g5",
         head_node=HeadNodeSpec(instance_type="c5.2xlarge", root_volume_gb=200),
         queues=[QueueSpec(name="gpu", root_volume_gb=200, compute=[
-            ComputeSpec(name="g5-12xl", instance_type="g5.12xlarge", min_count=0, max_count=4),
+            ComputeSpec(name="g5-12xl", instance_type=PRESET_INSTANCE_TYPES["g5"], min_count=0, max_count=4),
         ])],
         # Scratch storage: cheapest for dev work whose data also lives in S3.
         storage=StorageSpec(lustre=[LustreSpec(
@@ -74,15 +77,15 @@ def _g5() -> ClusterSpec:
 PRESETS: dict[str, Preset] = {
     preset.name: preset for preset in (
         Preset("p4de", "8× A100 80 GB per node, 4 EFA (400 Gbps); training",
-               lambda: _training_cluster("p4de", "p4de.24xlarge", "p4de-24xl", 4, 4800, 250)),
+               lambda: _training_cluster("p4de", "p4de-24xl", 4, 4800, 250)),
         Preset("p4d", "8× A100 40 GB per node, 4 EFA (400 Gbps); training",
-               lambda: _training_cluster("p4d", "p4d.24xlarge", "p4d-24xl", 4, 4800, 250)),
+               lambda: _training_cluster("p4d", "p4d-24xl", 4, 4800, 250)),
         Preset("p5", "8× H100 80 GB per node, 32 EFA (3200 Gbps); large-scale training",
-               lambda: _training_cluster("p5", "p5.48xlarge", "p5-48xl", 8, 9600, 500)),
+               lambda: _training_cluster("p5", "p5-48xl", 8, 9600, 500)),
         Preset("trn1", "16 Trainium (32 NeuronCores) per node, 8 EFA (800 Gbps); training",
-               lambda: _training_cluster("trn1", "trn1.32xlarge", "trn1-32xl", 4, 4800, 250)),
+               lambda: _training_cluster("trn1", "trn1-32xl", 4, 4800, 250)),
         Preset("trn1n", "16 Trainium (32 NeuronCores) per node, 16 EFA (1600 Gbps); training",
-               lambda: _training_cluster("trn1n", "trn1n.32xlarge", "trn1n-32xl", 4, 4800, 250)),
+               lambda: _training_cluster("trn1n", "trn1n-32xl", 4, 4800, 250)),
         Preset("g5", "4× A10G 24 GB per node, 1 EFA; development and inference", _g5),
     )
 }

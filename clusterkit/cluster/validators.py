@@ -25,9 +25,10 @@ from clusterkit.cluster.spec import (
     uses_reserved_capacity,
 )
 from clusterkit.findings import Finding, Level
+from clusterkit.rules import RuleBook
 
-Rule = Callable[[ClusterSpec], Iterable[Finding]]
-RULES: list[Rule] = []
+CLUSTER_RULES: RuleBook[ClusterSpec] = RuleBook("cluster")
+rule = CLUSTER_RULES.rule
 
 # Limits and allowed values of ParallelCluster 3.16.
 SUPPORTED_OS = ("alinux2023", "ubuntu2204", "ubuntu2404", "rhel8", "rhel9", "rocky8", "rocky9")
@@ -87,16 +88,9 @@ SCRIPT_URL_RE = re.compile(r"^(s3|https)://\S+$")
 WORLD_CIDRS = ("0.0.0.0/0", "::/0")
 
 
-def rule(function: Rule) -> Rule:
-    RULES.append(function)
-    return function
-
-
 def validate(spec: ClusterSpec) -> list[Finding]:
-    """Run every rule on the spec; errors first, then warnings and infos, each in spec order."""
-    findings = [finding for check in RULES for finding in check(spec)]
-    order = {Level.ERROR: 0, Level.WARNING: 1, Level.INFO: 2}
-    return sorted(findings, key=lambda finding: order[finding.level])
+    """Run every rule on the spec; errors first, then warnings and infos, each in rule order."""
+    return CLUSTER_RULES.check(spec)
 
 
 def _error(path: str, message: str, fix: str, value: object = None) -> Finding:

@@ -11,11 +11,12 @@ No RDMAV_* variable is ever set. The job spec's own `env` overrides every preset
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from clusterkit import runtime
 from clusterkit.catalog import InstanceType
+from clusterkit.versions import version_tuple
 
 if TYPE_CHECKING:
     from clusterkit.jobs.spec import JobSpec
@@ -34,12 +35,6 @@ class JobEnvironment:
     summary: str = ""  # what the presets are for, for a comment in the rendered script
 
 
-def parse_version(text: str | None) -> tuple[int, ...] | None:
-    """'1.7.4-aws' -> (1, 7, 4); None or text without a leading number -> None."""
-    match = re.match(r"^\d+(?:\.\d+)*", text or "")
-    return tuple(int(part) for part in match.group(0).split(".")) if match else None
-
-
 def instance_environment(instance: InstanceType | None, *, aws_ofi_nccl: str | None = None,
                          libfabric: str | None = None) -> JobEnvironment:
     """Presets for one instance type; None (CPU nodes, the local cluster) gets none."""
@@ -52,7 +47,7 @@ def instance_environment(instance: InstanceType | None, *, aws_ofi_nccl: str | N
     summary = f"NCCL on {instance.name}"
     library_dirs: tuple[str, ...] = ()
     if instance.efa:
-        variables.update(_efa_variables(instance.device_rdma, parse_version(aws_ofi_nccl), parse_version(libfabric)))
+        variables.update(_efa_variables(instance.device_rdma, version_tuple(aws_ofi_nccl), version_tuple(libfabric)))
         library_dirs = (OFI_NCCL_LIBRARY_DIR,)
         summary += f" over EFA (aws-ofi-nccl {aws_ofi_nccl or 'current'}, libfabric {libfabric or 'current'})"
     if family == "g5":
@@ -89,14 +84,17 @@ def neuron_compile_environment(cache_dir: str) -> dict[str, str]:
 
 
 def run_environment(spec: JobSpec) -> dict[str, str]:
-    """The CLUSTERKIT_* variables the resilience code reads, for the fields the spec sets."""
+    """The CLUSTERKIT_* variables the code inside the job reads (see clusterkit.runtime), for the
+    fields the spec sets."""
     variables = {}
+    if spec.instance is not None:
+        variables[runtime.INSTANCE_TYPE_ENV] = spec.instance
     if spec.run_id is not None:
-        variables["CLUSTERKIT_RUN_ID"] = spec.run_id
+        variables[runtime.RUN_ID_ENV] = spec.run_id
     if spec.checkpoint_dir is not None:
-        variables["CLUSTERKIT_CHECKPOINT_DIR"] = spec.checkpoint_dir
+        variables[runtime.CHECKPOINT_DIR_ENV] = spec.checkpoint_dir
     if spec.max_restarts is not None:
-        variables["CLUSTERKIT_MAX_RESTARTS"] = str(spec.max_restarts)
+        variables[runtime.MAX_RESTARTS_ENV] = str(spec.max_restarts)
     return variables
 
 

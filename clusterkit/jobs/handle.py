@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import ClusterkitError, NotFound
+from clusterkit.jobs.attempts import Attempt, attempts
 from clusterkit.jobs.tracking import JobTracker, is_final
 from clusterkit.slurm import AccountingRecord, SlurmCommandError
+
+if TYPE_CHECKING:
+    from clusterkit.jobs.records import JobRecord
 
 # Neither the queue nor accounting knows the id for this long: it is not a job (sacct lags ~3 s).
 UNKNOWN_GRACE_S = 15.0
@@ -17,6 +22,21 @@ UNKNOWN_GRACE_S = 15.0
 
 class JobFailed(ClusterkitError):
     """The job ended in a state other than COMPLETED."""
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What `clusterkit status` shows: the job's state and every attempt, each with why it ended."""
+
+    job_id: str
+    cluster: str
+    state: str
+    stdout: str | None
+    attempts: tuple[Attempt, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "cluster": self.cluster, "state": self.state, "stdout": self.stdout,
+                "attempts": [attempt.to_dict() for attempt in self.attempts]}
 
 
 class JobHandle:
@@ -27,13 +47,14 @@ class JobHandle:
     """
 
     def __init__(self, job_id: str, cluster: str, tracker: JobTracker, stdout_path: Path | None = None,
-                 stderr_path: Path | None = None, submitit_job: Any = None) -> None:
+                 stderr_path: Path | None = None, submitit_job: Any = None, record: JobRecord | None = None) -> None:
         self.job_id = job_id
         self.cluster = cluster
         self.tracker = tracker
         self.stdout_path = stdout_path
         self.stderr_path = stderr_path
         self.submitit_job = submitit_job
+        self.record = record
         tracker.watch(job_id)
 
     def __repr__(self) -> str:
@@ -50,6 +71,24 @@ class JobHandle:
     def attempts(self) -> list[AccountingRecord]:
         """Every attempt of the job so far (`sacct -D`): a requeue adds one under the same id."""
         return self.tracker.attempts(self.job_id)
+
+    def status(self) -> JobStatus:
+        """The state and every attempt, each classified (node failure, hang, time limit, ...)."""
+        return JobStatus(self.job_id, self.cluster, self.state, str(self.stdout_path) if self.stdout_path else None,
+                         tuple(attempts(self.attempts(), self.record)))
+
+    def follow_log(self, poll: float = 0.5, follow: bool = True) -> Iterator[str]:
+        """The job's output as it grows, chunk by chunk, until the job ends (or once, without `follow`)."""
+        position = 0
+        while True:
+            done = not follow or self.done()
+            text = self.stdout()
+            if len(text) > position:
+                yield text[position:]
+                position = len(text)
+            if done:
+                return
+            time.sleep(poll)
 
     def wait(self, timeout: float | None = None, poll: float = 1.0,
              progress: Callable[[str], None] | None = None) -> str:

@@ -1,6 +1,7 @@
 """Checks before a submission: does the cluster give the job what it relies on?
 
-Each check is a small function returning findings (level, field path, message, fix). Without them
+Each check is a small rule (id `preflight.NAME`) returning findings (level, field path, message, fix), run
+against the live cluster's commands; nothing is changed. Without them
 these problems surface silently or hours later: a job whose log directory does not exist dies
 without a log, pyxis flags are ignored where the plugin is not loaded, sacct-less clusters never
 show a job end.
@@ -12,25 +13,28 @@ import functools
 import os
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Finding, Level
 from clusterkit.jobs.spec import JobSpec
+from clusterkit.rules import RuleBook
 from clusterkit.slurm import Slurm
 
-Check = Callable[[JobSpec, Slurm, dict[str, str], Path], list[Finding]]
+PREFLIGHT_RULES: RuleBook[JobSpec] = RuleBook("preflight")
+rule = PREFLIGHT_RULES.rule
 
 
-def check_requeue(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+@rule
+def requeue(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
     if spec.requeue or config.get("JobRequeue") == "1":
         return []
     return [Finding(Level.WARNING, "requeue", "the job is not requeueable and the cluster's JobRequeue is 0: "
                     "a node failure ends it NODE_FAIL", fix="set requeue: true", value=spec.requeue)]
 
 
-def check_accounting(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+@rule
+def accounting(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
     storage = config.get("AccountingStorageType", "")
     if storage and not storage.endswith("/none"):
         return []
@@ -39,7 +43,8 @@ def check_accounting(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdi
                     fix="configure slurmdbd (ParallelCluster: Scheduling.SlurmSettings.Database)", value=storage)]
 
 
-def check_pyxis(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+@rule
+def pyxis(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
     if spec.container.runtime != "pyxis":
         return []
     help_text = slurm.run("srun", "--help", check=False).stdout
@@ -50,7 +55,8 @@ def check_pyxis(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Pa
                     "runtime: docker, apptainer or none", value="pyxis")]
 
 
-def check_image(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+@rule
+def image(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
     image = spec.container.image
     if not image or spec.container.runtime == "none" or not (image.startswith("/") or image.startswith(".")):
         return []  # a registry reference: pulled on the nodes
@@ -77,14 +83,16 @@ def _creatable(directory: Path) -> bool:
     return existing is not None and existing.is_dir() and os.access(existing, os.W_OK)
 
 
-def check_log_directory(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+@rule
+def log_directory(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
     return [Finding(Level.ERROR, field_path, f"log directory {str(directory)!r} cannot be created: Slurm "
                     "would start the job and lose its output", fix="use a writable directory on shared storage",
                     value=str(directory))
             for field_path, directory in log_directories(spec, workdir) if not _creatable(directory)]
 
 
-def check_checkpoint_directory(spec: JobSpec, slurm: Slurm, config: dict[str, str],
+@rule
+def checkpoint_directory(spec: JobSpec, slurm: Slurm, config: dict[str, str],
                                workdir: Path) -> list[Finding]:
     if not spec.checkpoint_dir or _creatable(workdir / spec.checkpoint_dir):
         return []
@@ -98,7 +106,8 @@ def _gpus(gres: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def check_partition(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+@rule
+def partition(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
     rows = slurm.partitions()
     wanted = spec.partition
     if wanted:
@@ -119,14 +128,9 @@ def check_partition(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir
                     f"for {what}: it would pend forever", fix=f"ask for at most {fitting} nodes", value=spec.nodes)]
 
 
-CHECKS: tuple[Check, ...] = (check_accounting, check_requeue, check_partition, check_pyxis, check_image,
-                             check_log_directory, check_checkpoint_directory)
-
-
 def preflight(spec: JobSpec, slurm: Slurm, workdir: Path) -> list[Finding]:
     """Run every check against the live cluster; all findings are reported together."""
-    config = slurm.config()
-    return [finding for check in CHECKS for finding in check(spec, slurm, config, workdir)]
+    return PREFLIGHT_RULES.check(spec, slurm, slurm.config(), workdir)
 
 
 # What a node must be able to do to run a submitit job: import submitit and cloudpickle, with the

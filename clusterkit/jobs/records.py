@@ -40,9 +40,14 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def save(record: JobRecord) -> Path:
+def save(record: JobRecord, script: str | None = None) -> Path:
+    """Write the record (and, given, the exact script submitted, beside it as JOBID.sbatch)."""
     directory = jobs_dir(record.cluster)
     directory.mkdir(parents=True, exist_ok=True)
+    if script is not None:
+        script_path = directory / f"{record.job_id}.sbatch"
+        write_atomically(script_path, script)
+        record.script = str(script_path)
     path = directory / f"{record.job_id}.json"
     write_atomically(path, json.dumps(asdict(record), indent=2) + "\n")
     return path

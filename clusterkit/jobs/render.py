@@ -12,10 +12,12 @@ import re
 import shlex
 from typing import Any
 
+from clusterkit import runtime
 from clusterkit.errors import ClusterkitError
-from clusterkit.findings import Level
+from clusterkit.findings import errors
 from clusterkit.jobs.environment import job_environment
-from clusterkit.jobs.spec import JobSpec, Mount, validate_job
+from clusterkit.jobs.spec import JobSpec, Mount
+from clusterkit.jobs.validators import validate_job
 
 # Slurm variables a program inside a docker container may read (docker passes no environment by itself).
 DOCKER_SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST", "SLURM_NODEID",
@@ -27,10 +29,10 @@ _SBATCH_SPECIAL = re.compile(r"""([\\"'#])""")
 
 def render_sbatch(spec: JobSpec) -> str:
     """The sbatch script for `spec`; raises ClusterkitError if validate_job finds errors."""
-    errors = [finding for finding in validate_job(spec) if finding.level is Level.ERROR]
-    if errors:
-        raise ClusterkitError(f"job spec {spec.name!r} has errors: " + "; ".join(str(e) for e in errors),
-                              fix=errors[0].fix or "fix the fields named")
+    problems = errors(validate_job(spec))
+    if problems:
+        raise ClusterkitError(f"job spec {spec.name!r} has errors: " + "; ".join(str(e) for e in problems),
+                              fix=problems[0].fix or "fix the fields named")
     template = _template_environment().get_template("job.sbatch.j2")
     return template.render(job=sbatch_context(spec))
 
@@ -69,8 +71,9 @@ def _supervisor_command(spec: JobSpec) -> list[str]:
     if spec.supervise is None:
         return []
     supervision = spec.supervise
-    return [supervision.python, "-m", "clusterkit.resilience.supervisor",
-            f"--hang-timeout={supervision.hang_timeout}", f"--app-retries={supervision.app_retries}", "--"]
+    state_dir = runtime.run_state_dir(spec.checkpoint_dir) if spec.checkpoint_dir else None
+    return runtime.supervisor_command(supervision.python, hang_timeout=supervision.hang_timeout,
+                                      app_retries=supervision.app_retries, state_dir=state_dir)
 
 
 def _directives(spec: JobSpec, tasks_per_node: int) -> list[tuple[str, str | None]]:

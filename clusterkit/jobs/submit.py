@@ -1,74 +1,39 @@
-"""Submitting work to a cluster: job specs (our rendered sbatch script) and Python callables (submitit).
+"""Submitting work to a cluster: job specs (their plan's script) and Python callables (submitit).
 
-A job spec goes to Slurm as exactly the script `render_sbatch` shows in a dry run. A Python callable
-goes through submitit, which pickles it, runs it on the nodes and brings its return value back. Both
-give a JobHandle that follows requeues.
+A job spec is planned (`jobs.plan.plan_job`) and goes to Slurm as exactly the script of its plan,
+which is what a dry run shows. A Python callable goes through submitit, which pickles it, runs it on
+the nodes and brings its return value back. Both give a JobHandle that follows requeues.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from clusterkit.errors import ClusterkitError
-from clusterkit.findings import Finding, Level
 from clusterkit.jobs import records
 from clusterkit.jobs.handle import JobHandle
+from clusterkit.jobs.plan import JobPlan, PlanRefused, plan_job, submit
 from clusterkit.jobs.spec import JobSpec
 from clusterkit.jobs.tracking import tracker_for
 from clusterkit.providers import resolve_cluster_name, slurm_for
-
-
-class PreflightFailed(ClusterkitError):
-    def __init__(self, findings: list[Finding]) -> None:
-        errors = [f for f in findings if f.level is Level.ERROR]
-        super().__init__(f"preflight found {len(errors)} problem(s): " + "; ".join(str(f) for f in errors),
-                         fix="fix them, or submit with --no-preflight to skip the checks")
-        self.findings = findings
+from clusterkit.slurm import Slurm
 
 
 def submit_job(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path | None = None,
                preflight: bool = True, spec_file: str | None = None) -> JobHandle:
-    """Render `spec`, check the cluster can run it, and submit the script with sbatch."""
-    from clusterkit.jobs import preflight as checks
-    from clusterkit.jobs.render import render_sbatch
-
-    name = resolve_cluster_name(cluster or spec.cluster)
-    slurm = slurm_for(name)
-    workdir = Path(workdir or spec.workdir or os.getcwd()).resolve()
-    script = render_sbatch(spec)
-    if preflight:
-        findings = checks.preflight(spec, slurm, workdir)
-        if any(f.level is Level.ERROR for f in findings):
-            raise PreflightFailed(findings)
-    for _, directory in checks.log_directories(spec, workdir):
-        directory.mkdir(parents=True, exist_ok=True)
-    state_dir = str(workdir / spec.checkpoint_dir / ".clusterkit") if spec.supervise and spec.checkpoint_dir else None
-    record = records.JobRecord(job_id="", cluster=name, name=spec.name, kind="spec", submitted="",
-                               spec_file=spec_file, workdir=str(workdir), run_state_dir=state_dir)
-    return submit_script(record, script)
+    """Plan the job (rules, cluster, the script, preflight) and submit exactly that plan."""
+    return submit_plan(plan_job(spec, cluster, workdir=workdir, preflight=preflight, spec_file=spec_file))
 
 
-def submit_script(record: records.JobRecord, script: str, *extra_sbatch_args: str) -> JobHandle:
-    """sbatch `script` in `record.workdir`; fill in and save the record (id, logs, the script)."""
-    slurm = slurm_for(record.cluster)
-    record.job_id = slurm.sbatch(script, f"--chdir={record.workdir}", *extra_sbatch_args)
-    record.submitted = records.now()
-    details = slurm.job_details(record.job_id)
-    record.stdout = details.get("StdOut") or None
-    record.stderr = details.get("StdErr") or record.stdout
-    script_path = records.jobs_dir(record.cluster) / f"{record.job_id}.sbatch"
-    records.jobs_dir(record.cluster).mkdir(parents=True, exist_ok=True)
-    script_path.write_text(script)
-    record.script = str(script_path)
-    records.save(record)
-    return handle_from_record(record)
+def submit_plan(plan: JobPlan) -> JobHandle:
+    """Submit a plan (see jobs.plan) and follow the job it became."""
+    record = submit(plan)
+    return handle_from_record(record, slurm=plan.slurm)
 
 
-def _executor(cluster: str, nodes: int, tasks_per_node: int, gpus_per_node: int, cpus_per_task: int,
+def _executor(slurm: Slurm, cluster: str, nodes: int, tasks_per_node: int, gpus_per_node: int, cpus_per_task: int,
               time_minutes: int, name: str, slurm_parameters: dict[str, Any] | None, python: str | None,
               srun_args: tuple[str, ...], preflight: bool) -> Any:
     import submitit
@@ -78,9 +43,9 @@ def _executor(cluster: str, nodes: int, tasks_per_node: int, gpus_per_node: int,
     # By default the nodes run the callable with this very interpreter: same packages, same paths.
     python = python or sys.executable
     if preflight:
-        findings = check_callable_runtime(slurm_for(cluster), python, srun_args)
+        findings = check_callable_runtime(slurm, python, srun_args)
         if findings:
-            raise PreflightFailed(findings)
+            raise PlanRefused(findings, f"function {name!r}")
     folder = records.jobs_dir(cluster) / "submitit" / "%j"
     executor = submitit.SlurmExecutor(folder=folder, python=python)
     parameters: dict[str, Any] = dict(nodes=nodes, ntasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task,
@@ -94,11 +59,11 @@ def _executor(cluster: str, nodes: int, tasks_per_node: int, gpus_per_node: int,
     return executor
 
 
-def _function_handle(cluster: str, job: Any, name: str) -> JobHandle:
+def _function_handle(slurm: Slurm, cluster: str, job: Any, name: str) -> JobHandle:
     record = records.JobRecord(job_id=str(job.job_id), cluster=cluster, name=name, kind="function",
                                submitted=records.now(), stdout=str(job.paths.stdout), stderr=str(job.paths.stderr))
     records.save(record)
-    return handle_from_record(record, submitit_job=job)
+    return handle_from_record(record, slurm=slurm, submitit_job=job)
 
 
 def submit_function(function: Callable[..., Any], *args: Any, cluster: str | None = None, nodes: int = 1,
@@ -115,11 +80,11 @@ def submit_function(function: Callable[..., Any], *args: Any, cluster: str | Non
     cluster = resolve_cluster_name(cluster)
     slurm = slurm_for(cluster)
     name = name or getattr(function, "__name__", "function")
-    executor = _executor(cluster, nodes, tasks_per_node, gpus_per_node, cpus_per_task, time_minutes, name,
+    executor = _executor(slurm, cluster, nodes, tasks_per_node, gpus_per_node, cpus_per_task, time_minutes, name,
                          slurm_parameters, python, tuple(srun_args), preflight)
     with slurm.environment():
         job = executor.submit(function, *args, **kwargs)
-    return _function_handle(cluster, job, name)
+    return _function_handle(slurm, cluster, job, name)
 
 
 def map_array(function: Callable[[Any], Any], items: Iterable[Any], *, cluster: str | None = None,
@@ -130,26 +95,28 @@ def map_array(function: Callable[[Any], Any], items: Iterable[Any], *, cluster: 
     cluster = resolve_cluster_name(cluster)
     slurm = slurm_for(cluster)
     name = name or getattr(function, "__name__", "sweep")
-    executor = _executor(cluster, 1, 1, gpus_per_node, cpus_per_task, time_minutes, name, slurm_parameters,
+    executor = _executor(slurm, cluster, 1, 1, gpus_per_node, cpus_per_task, time_minutes, name, slurm_parameters,
                          python, tuple(srun_args), preflight)
     with slurm.environment():
         jobs = executor.map_array(function, list(items))
-    return [_function_handle(cluster, job, name) for job in jobs]
+    return [_function_handle(slurm, cluster, job, name) for job in jobs]
 
 
-def handle_from_record(record: records.JobRecord, submitit_job: Any = None) -> JobHandle:
-    slurm = slurm_for(record.cluster)
+def handle_from_record(record: records.JobRecord, slurm: Slurm | None = None, submitit_job: Any = None) -> JobHandle:
+    slurm = slurm or slurm_for(record.cluster)
     return JobHandle(record.job_id, record.cluster, tracker_for(slurm),
                      stdout_path=Path(record.stdout) if record.stdout else None,
-                     stderr_path=Path(record.stderr) if record.stderr else None, submitit_job=submitit_job)
+                     stderr_path=Path(record.stderr) if record.stderr else None, submitit_job=submitit_job,
+                     record=record)
 
 
 def job_handle(job_id: str, cluster: str | None = None) -> JobHandle:
     """A handle for a job submitted earlier (by clusterkit or not) on a cluster."""
     cluster = resolve_cluster_name(cluster)
+    slurm = slurm_for(cluster)
     record = records.find(cluster, job_id)
     if record is None:
-        details = slurm_for(cluster).job_details(job_id)
+        details = slurm.job_details(job_id)
         record = records.JobRecord(job_id=job_id, cluster=cluster, name=details.get("JobName", ""), kind="external",
                                    submitted="", stdout=details.get("StdOut"), stderr=details.get("StdErr"))
-    return handle_from_record(record)
+    return handle_from_record(record, slurm=slurm)

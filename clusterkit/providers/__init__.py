@@ -1,52 +1,56 @@
-"""Cluster providers: `local` (a real Slurm cluster on this machine) and `aws` (AWS ParallelCluster).
+"""Cluster providers: `local` (a real Slurm cluster on this machine) and `aws` (AWS ParallelCluster),
+behind one interface (`base.Provider`, `base.Cluster`); and `host`, the Slurm this machine is
+configured for (a ParallelCluster head node), which clusterkit uses but did not make.
 
-`open_cluster` is the one way from a cluster name to the object that manages it.
+`provider_named` and `open_cluster` are the one way from a name to the object that manages it.
+Providers are imported when asked for, so importing this package stays cheap.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
-from typing import TYPE_CHECKING
 
 from clusterkit import registry
 from clusterkit.errors import ClusterkitError
+from clusterkit.providers.base import Cluster, ClusterInfo, DeletionPlan, Progress, Provider, quiet
+from clusterkit.runtime import CLUSTER_ENV
 from clusterkit.slurm import Slurm
 
-if TYPE_CHECKING:
-    from clusterkit.providers.aws.cluster import AwsCluster
-    from clusterkit.providers.local.cluster import LocalCluster
-
-
-def open_cluster(name: str) -> LocalCluster | AwsCluster:
-    """The provider object for a registered cluster, chosen by its record."""
-    record = registry.load(name)
-    if record.provider == "local":
-        from clusterkit.providers.local.cluster import LocalCluster
-
-        return LocalCluster(record)
-    if record.provider == "aws":
-        from clusterkit.providers.aws.cluster import AwsCluster
-
-        return AwsCluster(record)
-    raise ClusterkitError(f"cluster {name!r} uses provider {record.provider!r}, which this version cannot manage")
-
-
 HOST_CLUSTER = "host"  # the Slurm this machine is configured for, e.g. on a ParallelCluster head node
+
+# Provider name -> "module:class" of its implementation.
+PROVIDERS = {
+    "local": "clusterkit.providers.local.cluster:LocalProvider",
+    "aws": "clusterkit.providers.aws.cluster:AwsProvider",
+}
+
+
+def provider_named(name: str) -> Provider:
+    try:
+        module, _, cls = PROVIDERS[name].partition(":")
+    except KeyError:
+        raise ClusterkitError(f"unknown provider {name!r}", fix=f"use one of: {', '.join(PROVIDERS)}") from None
+    return getattr(importlib.import_module(module), cls)()
+
+
+def open_cluster(name: str) -> Cluster:
+    """The cluster a name stands for: a registered one, else (for `host`) this machine's Slurm."""
+    if name == HOST_CLUSTER and not registry.exists(name):
+        from clusterkit.providers.host import HostCluster
+
+        return HostCluster()
+    record = registry.load(name)
+    if record.provider not in PROVIDERS:
+        raise ClusterkitError(f"cluster {name!r} uses provider {record.provider!r}, which this version cannot manage",
+                              fix="upgrade clusterkit")
+    return provider_named(record.provider).open(record)
 
 
 def slurm_for(name: str) -> Slurm:
     """The Slurm commands of a cluster, for submitting and following jobs."""
-    if name == HOST_CLUSTER and not registry.exists(name):
-        return Slurm()
-    cluster = open_cluster(name)
-    slurm = getattr(cluster, "slurm", None)
-    if slurm is None:
-        raise ClusterkitError(
-            f"jobs on {cluster.record.provider} cluster {name!r} are submitted from its head node",
-            fix=f"ssh to the head node (pcluster ssh --cluster-name {name}) and run clusterkit there "
-                f"with --cluster {HOST_CLUSTER}")
-    return slurm
+    return open_cluster(name).slurm()
 
 
 def resolve_cluster_name(name: str | None) -> str:
@@ -54,8 +58,8 @@ def resolve_cluster_name(name: str | None) -> str:
     machine's own Slurm when it answers (a head node)."""
     if name:
         return name
-    if os.environ.get("CLUSTERKIT_CLUSTER"):
-        return os.environ["CLUSTERKIT_CLUSTER"]
+    if os.environ.get(CLUSTER_ENV):
+        return os.environ[CLUSTER_ENV]
     names = [record.name for record in registry.all_records()]
     if len(names) == 1:
         return names[0]
@@ -66,3 +70,7 @@ def resolve_cluster_name(name: str | None) -> str:
                               fix="create one with `clusterkit create-cluster --provider local --name NAME`, "
                                   f"or run on a Slurm head node (--cluster {HOST_CLUSTER})")
     raise ClusterkitError(f"several clusters exist ({', '.join(names)})", fix="name one with --cluster NAME")
+
+
+__all__ = ["HOST_CLUSTER", "Cluster", "ClusterInfo", "DeletionPlan", "Progress", "Provider", "open_cluster",
+           "provider_named", "quiet", "resolve_cluster_name", "slurm_for"]

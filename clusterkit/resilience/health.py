@@ -18,11 +18,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from clusterkit.runtime import FAULTS_DIR_ENV, INSTANCE_TYPE_ENV
+
 if TYPE_CHECKING:
     from clusterkit.stack.probe import Probe
-
-FAULTS_DIR_ENV = "CLUSTERKIT_FAULTS_DIR"  # set for jobs of local clusters
-INSTANCE_TYPE_ENV = "CLUSTERKIT_INSTANCE_TYPE"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-HEARTBEAT_DIR_ENV = "CLUSTERKIT_HEARTBEAT_DIR"
+from clusterkit.runtime import HEARTBEAT_DIR_ENV
+
 DEFAULT_MIN_INTERVAL_S = 5.0
 
 _last_write: dict[Path, float] = {}

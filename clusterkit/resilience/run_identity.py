@@ -7,6 +7,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterkit.runtime import ATTEMPT_ID_ENV, RUN_ID_ENV
+
 RUN_ID_FILE = ".clusterkit-run-id"
 
 
@@ -29,7 +31,7 @@ def run_identity(run_dir: str | os.PathLike[str]) -> RunIdentity:
     directory = Path(run_dir)
     directory.mkdir(parents=True, exist_ok=True)
     stored = directory / RUN_ID_FILE
-    explicit = os.environ.get("CLUSTERKIT_RUN_ID")
+    explicit = os.environ.get(RUN_ID_ENV)
     if explicit:
         run_id = explicit
         _store_once(stored, run_id)
@@ -50,7 +52,7 @@ def restart_count() -> int:
 def attempt_id() -> str:
     """A name shared by all ranks of one attempt of a job, different after a requeue or an
     elastic restart. `CLUSTERKIT_ATTEMPT_ID` overrides it."""
-    explicit = os.environ.get("CLUSTERKIT_ATTEMPT_ID")
+    explicit = os.environ.get(ATTEMPT_ID_ENV)
     if explicit:
         return explicit
     job_id = os.environ.get("SLURM_JOB_ID", "local")

@@ -18,7 +18,6 @@ valid checkpoint by itself (CheckpointManager.latest()).
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import json
 import os
@@ -30,23 +29,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from clusterkit import runtime
 from clusterkit.errors import ClusterkitError
 from clusterkit.files import write_atomically
-from clusterkit.resilience.heartbeat import HEARTBEAT_DIR_ENV, read_heartbeats
+from clusterkit.resilience.heartbeat import read_heartbeats
+from clusterkit.runtime import (APPLICATION_ERROR, BUDGET_EXHAUSTED, COMPLETED, HANG, NODE_FAILURE, PREEMPTED,
+                                TERMINATED)
 from clusterkit.slurm import Slurm
 
-SUPERVISOR_STATE = "supervisor.json"
-DECISIONS_LOG = "decisions.jsonl"
 STOP_GRACE_S = 20.0
-
-# Decisions (the `decision` field of decisions.jsonl).
-COMPLETED = "completed"
-NODE_FAILURE = "node_failure"
-HANG = "hang"
-APPLICATION_ERROR = "application_error"
-PREEMPTED = "preempted"
-BUDGET_EXHAUSTED = "budget_exhausted"
-TERMINATED = "terminated"
 
 
 @dataclass
@@ -89,7 +80,7 @@ class Supervisor:
         self.slurm = slurm or Slurm()
         self.job_id = os.environ.get("SLURM_JOB_ID", "")
         self.attempt = f"{self.job_id}.{os.environ.get('SLURM_RESTART_COUNT', '0')}"
-        self.state_path = state_dir / SUPERVISOR_STATE
+        self.state_path = state_dir / runtime.SUPERVISOR_STATE_FILE
         self.stop_requested = threading.Event()  # the warning before the time limit or a preemption
         self.terminating = threading.Event()  # Slurm is ending the job (cancel, node failure, limit)
 
@@ -97,7 +88,7 @@ class Supervisor:
     def decide(self, decision: str, evidence: str, **details: object) -> None:
         entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "job_id": self.job_id, "attempt": self.attempt,
                  "decision": decision, "evidence": evidence, **details}
-        with open(self.state_dir / DECISIONS_LOG, "a") as log:
+        with open(self.state_dir / runtime.DECISIONS_FILE, "a") as log:
             log.write(json.dumps(entry) + "\n")
         print(f"clusterkit supervisor: {decision}: {evidence}", file=sys.stderr, flush=True)
 
@@ -184,10 +175,10 @@ class Supervisor:
 
     # ----- the step -----------------------------------------------------------------------------
     def run_step(self, try_number: int) -> StepOutcome:
-        heartbeats = self.state_dir / "heartbeats" / f"{self.attempt}.{try_number}"
+        heartbeats = self.state_dir / runtime.HEARTBEATS_DIR_NAME / f"{self.attempt}.{try_number}"
         heartbeats.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, **{HEARTBEAT_DIR_ENV: str(heartbeats),
-                                  "CLUSTERKIT_ATTEMPT_ID": f"{self.attempt}.{try_number}"})
+        env = dict(os.environ, **{runtime.HEARTBEAT_DIR_ENV: str(heartbeats),
+                                  runtime.ATTEMPT_ID_ENV: f"{self.attempt}.{try_number}"})
         process = subprocess.Popen(self.step, env=env, start_new_session=True)
         progress: dict[int, tuple[int, float]] = {}  # rank -> (step, when we saw it change)
         while True:
@@ -297,30 +288,22 @@ class Supervisor:
 
 
 def default_state_dir() -> Path:
-    checkpoint_dir = os.environ.get("CLUSTERKIT_CHECKPOINT_DIR")
+    checkpoint_dir = os.environ.get(runtime.CHECKPOINT_DIR_ENV)
     if checkpoint_dir:
-        return Path(checkpoint_dir) / ".clusterkit"
+        return runtime.run_state_dir(checkpoint_dir)
     return Path(f".clusterkit-run-{os.environ.get('SLURM_JOB_ID', 'local')}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m clusterkit.resilience.supervisor",
-                                     description="Run a Slurm step and recover from node failures and hangs.")
-    parser.add_argument("--max-restarts", type=int, default=int(os.environ.get("CLUSTERKIT_MAX_RESTARTS", 3)))
-    parser.add_argument("--app-retries", type=int, default=1,
-                        help="step retries when all nodes are healthy but the step fails (default 1)")
-    parser.add_argument("--hang-timeout", type=float, default=0.0,
-                        help="seconds without heartbeat progress that count as a hang (0: off)")
-    parser.add_argument("--health-timeout", type=float, default=60.0)
-    parser.add_argument("--no-precheck", dest="precheck", action="store_false",
-                        help="skip the health check of every node before the step")
-    parser.add_argument("--state-dir", type=Path, default=None)
-    parser.add_argument("step", nargs=argparse.REMAINDER, help="-- srun ...")
+    parser = runtime.supervisor_parser()
     args = parser.parse_args(argv)
     step = args.step[1:] if args.step[:1] == ["--"] else args.step
     if not step:
         parser.error("give the step to run after --")
-    supervisor = Supervisor(step, args.state_dir or default_state_dir(), args.max_restarts, args.app_retries,
+    max_restarts = args.max_restarts
+    if max_restarts is None:
+        max_restarts = int(os.environ.get(runtime.MAX_RESTARTS_ENV) or runtime.DEFAULT_MAX_RESTARTS)
+    supervisor = Supervisor(step, args.state_dir or default_state_dir(), max_restarts, args.app_retries,
                             args.hang_timeout, args.health_timeout, args.precheck)
     # Slurm's warning before the time limit (--signal=B:USR1@N), or a preemption notice.
     signal.signal(signal.SIGUSR1, lambda *_: supervisor.stop_requested.set())

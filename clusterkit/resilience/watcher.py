@@ -8,16 +8,15 @@ working directory: same run id and checkpoint root, so training resumes from `la
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from clusterkit.jobs import records
+from clusterkit.jobs.attempts import classify, decisions
 from clusterkit.jobs.handle import JobHandle
-from clusterkit.jobs.submit import job_handle, submit_script
-from clusterkit.resilience.supervisor import DECISIONS_LOG, NODE_FAILURE, TERMINATED
-from clusterkit.slurm import AccountingRecord
+from clusterkit.jobs.plan import plan_from_record
+from clusterkit.jobs.submit import job_handle, submit_plan
+from clusterkit.runtime import NODE_FAILURE
 
 # Ends after which the same script, rerun on other nodes, is expected to succeed.
 RESUBMITTABLE = {"NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "PREEMPTED"}
@@ -30,29 +29,6 @@ class WatchResult:
     classification: str
     resubmissions: int
     events: list[str] = field(default_factory=list)
-
-
-def decisions(record: records.JobRecord | None) -> list[dict]:
-    """The supervisor's decisions for a supervised job (all attempts of its run)."""
-    if record is None or not record.run_state_dir:
-        return []
-    path = Path(record.run_state_dir) / DECISIONS_LOG
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def classify(attempt: AccountingRecord, attempt_index: int, record: records.JobRecord | None) -> str:
-    """Why an attempt ended: Slurm's state, refined by the supervisor's decision where there is one."""
-    state = attempt.base_state
-    if state in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING", "SUSPENDED"):
-        return "in progress"
-    made = [d for d in decisions(record) if d.get("attempt") == f"{attempt.job_id}.{attempt_index}"]
-    if made and made[-1]["decision"] != TERMINATED:  # "terminated": Slurm's state says why
-        return made[-1]["decision"]
-    return {"COMPLETED": "completed", "NODE_FAIL": "node_failure", "BOOT_FAIL": "node_failure",
-            "TIMEOUT": "time_limit", "PREEMPTED": "preempted", "CANCELLED": "cancelled",
-            "FAILED": "failed", "OUT_OF_MEMORY": "out_of_memory"}.get(state, state.lower())
 
 
 def _bad_nodes(handle: JobHandle, record: records.JobRecord | None) -> list[str]:
@@ -98,11 +74,7 @@ def watch(job_id: str, cluster: str | None = None, *, resubmit: bool = False, ma
             say(f"job {handle.job_id} ended {state}; resubmission budget of {max_resubmits} spent")
             return result
         bad = _bad_nodes(handle, record)
-        exclude = [f"--exclude={','.join(bad)}"] if bad else []
-        replacement = records.JobRecord(job_id="", cluster=record.cluster, name=record.name, kind=record.kind,
-                                        submitted="", spec_file=record.spec_file, workdir=record.workdir,
-                                        run_state_dir=record.run_state_dir, resubmitted_from=handle.job_id)
-        handle = submit_script(replacement, Path(record.script).read_text(), *exclude)
+        handle = submit_plan(plan_from_record(record).with_exclusions(bad, resubmitted_from=handle.job_id))
         result.resubmissions += 1
         result.job_ids.append(handle.job_id)
         say(f"job {result.job_ids[-2]} ended {state} ({result.classification}); resubmitted as job "

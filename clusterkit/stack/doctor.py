@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from clusterkit.catalog import InstanceType, find_instance_type, resolve_instance_type
 from clusterkit.errors import ClusterkitError
 from clusterkit.stack.probe import Probe
-from clusterkit.stack.versions import version_tuple
+from clusterkit.versions import version_tuple
 
 ACCELERATORS = ("auto", "gpu", "neuron")
 

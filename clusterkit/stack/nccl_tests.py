@@ -1,7 +1,7 @@
 """Fabric validation jobs: nccl-tests all_reduce_perf on GPUs (nccom-test on Trainium), with a floor.
 
 The job is a plain job spec (mpi launcher: one task per GPU, wired up by Slurm's PMIx), rendered by
-the usual `render_sbatch` and submitted with `submit_job`. The output parser reads the table by its
+the usual job plan (`plan_job`) and submitted with `submit_plan`. The output parser reads the table by its
 header, so it takes nccl-tests output with or without the `root` column, mpirun's `[1,0]<stdout>:`
 tags, and nccom-test's table alike.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clusterkit.catalog import INSTANCE_TYPES, InstanceType
@@ -19,6 +18,7 @@ from clusterkit.stack.doctor import CheckResult, Status
 
 if TYPE_CHECKING:
     from clusterkit.jobs.handle import JobHandle
+    from clusterkit.jobs.plan import JobPlan
     from clusterkit.jobs.spec import JobSpec
 
 ALL_REDUCE_BINARY = "/opt/nccl-tests/build/all_reduce_perf"  # where our GPU recipe builds it
@@ -138,11 +138,10 @@ def nccl_test_spec(nodes: int, *, cluster: str | None = None, instance_type: str
     return job_from_dict(data)
 
 
-def run_nccl_test(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path | None = None,
-                  timeout: float | None = None) -> tuple[JobHandle, BandwidthReport]:
-    """Submit the test, wait for it, and parse its output."""
-    from clusterkit.jobs.submit import submit_job
+def run_nccl_test(plan: JobPlan, *, timeout: float | None = None) -> tuple[JobHandle, BandwidthReport]:
+    """Submit the test's plan, wait for it, and parse its output."""
+    from clusterkit.jobs.submit import submit_plan
 
-    handle = submit_job(spec, cluster, workdir=workdir)
+    handle = submit_plan(plan)
     handle.wait(timeout=timeout)
     return handle, parse_bus_bandwidth(handle.stdout())

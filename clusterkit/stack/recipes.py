@@ -15,7 +15,7 @@ from typing import Any
 from clusterkit.catalog import InstanceType
 from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Finding, Level
-from clusterkit.stack.versions import at_least, version_tuple
+from clusterkit.versions import at_least, version_tuple
 
 ACCELERATORS = ("gpu", "neuron")
 BASES = ("nvidia", "dlc")

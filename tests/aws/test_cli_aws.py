@@ -61,7 +61,8 @@ def test_create_describe_list_update_delete(backend: FakeParallelCluster, capsys
     assert (described["provider"], described["status"], described["stack_status"]) == ("aws", "running",
                                                                                         "CREATE_COMPLETE")
     code, out, _ = run(capsys, "describe-cluster", "train")
-    assert "region us-east-1, stack train (CREATE_COMPLETE)" in out and "i-0head" in out
+    assert out.startswith("cluster train (aws): running\n")
+    assert "region: us-east-1\n" in out and "stack_status: CREATE_COMPLETE\n" in out and "i-0head" in out
 
     code, out, _ = run(capsys, "list-clusters", "--output", "json")
     assert [(c["name"], c["provider"], c["status"]) for c in json.loads(out)] == [("train", "aws", "running")]
@@ -77,8 +78,8 @@ def test_create_describe_list_update_delete(backend: FakeParallelCluster, capsys
     monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal
     code, _, err = run(capsys, "delete-cluster", "train")
     assert code == 1
-    assert err.strip() == ("error: deleting AWS cluster 'train' needs confirmation and there is no terminal to ask "
-                           "(pass --yes)")
+    assert err.strip() == ("error: deleting cluster 'train' needs confirmation and there is no terminal to ask "
+                           "(see what it deletes with --dry-run, then pass --yes)")
     assert registry.exists("train")
 
     code, out, _ = run(capsys, "delete-cluster", "train", "--yes", "--output", "json")
@@ -91,8 +92,10 @@ def test_create_json_output(backend: FakeParallelCluster, capsys: pytest.Capture
     code, out, err = create(capsys, "--output", "json")
     assert code == 0 and err == ""
     result = json.loads(out)
-    assert result["status"] == "running" and result["chosen"]["availability_zone"] in ("us-east-1b", "us-east-1c")
-    assert any(f["path"] == "parallelcluster.DeletionPolicyValidator" for f in result["findings"])
+    chosen = result["plan"]["details"]["chosen"]
+    assert result["status"] == "running" and chosen["availability_zone"] in ("us-east-1b", "us-east-1c")
+    assert any(f["path"] == "parallelcluster.DeletionPolicyValidator" for f in result["plan"]["findings"])
+    assert result["plan"]["config"] == backend.calls[1][2]  # what was created is what the plan held
 
 
 def test_findings_stop_the_create_before_anything_is_made(backend: FakeParallelCluster,
@@ -166,7 +169,7 @@ def test_capacity_reservation_flows_into_the_config(backend: FakeParallelCluster
     spec_file.write_text(yaml.safe_dump(spec))
     code, out, err = run(capsys, "create-cluster", "--file", str(spec_file), "--name", "train", "-o", "json")
     assert code == 0, out + err
-    assert json.loads(out)["chosen"]["availability_zone"] == "us-east-1c"
+    assert json.loads(out)["plan"]["details"]["chosen"]["availability_zone"] == "us-east-1c"
     resource = backend.calls[1][2]["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]
     assert resource["CapacityReservationTarget"] == {"CapacityReservationId": "cr-0123456789abcdef0"}
     assert resource["Networking"]["PlacementGroup"] == {"Enabled": False}
@@ -177,8 +180,10 @@ def test_update_of_an_unknown_queue_and_of_a_local_cluster(backend: FakeParallel
     assert create(capsys)[0] == 0
     code, _, err = run(capsys, "update-cluster", "train", "--queue", "gpu", "--max-count", "4")
     assert code == 1 and err.strip() == "error: no queue 'gpu' (queues: train, cpu)"
-    registry.save(registry.ClusterRecord(name="dev", provider="local", created="2026-01-01T00:00:00+00:00",
-                                         details={}))
+    from clusterkit.providers.local.cluster import LocalCluster
+    from clusterkit.providers.local.config import LocalClusterConfig
+
+    registry.save(LocalCluster.from_config(LocalClusterConfig("dev", 2, 2, 0, 4000, 24000, "host")).record)
     code, _, err = run(capsys, "update-cluster", "dev", "--queue", "x", "--max-count", "4")
     assert code == 1 and "is a local cluster, whose size is fixed" in err
 
@@ -188,3 +193,34 @@ def test_dry_run_stays_offline(aws_env: None, capsys: pytest.CaptureFixture, mon
         monkeypatch.delenv(variable)
     code, out, _ = create(capsys, "--dry-run", "--output", "json")
     assert code == 0 and json.loads(out)["config"]["Region"] == REGION
+
+
+def test_output_config_is_the_same_bytes_with_and_without_dry_run(backend: FakeParallelCluster,
+                                                                  capsys: pytest.CaptureFixture,
+                                                                  tmp_path: Path) -> None:
+    import boto3
+
+    ec2 = boto3.client("ec2", region_name=REGION)
+    vpc = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="172.31.192.0/20",
+                               AvailabilityZone="us-east-1b")["Subnet"]["SubnetId"]
+    dry, real = tmp_path / "dry.yaml", tmp_path / "real.yaml"
+    assert create(capsys, "--subnet-id", subnet, "--dry-run", "--output-config", str(dry))[0] == 0
+    code, _, err = create(capsys, "--subnet-id", subnet, "--output-config", str(real))
+    assert code == 0, err
+    assert dry.read_bytes() == real.read_bytes()
+    # ... and the cluster's own copy, and what ParallelCluster was given, are that config too.
+    record = registry.load("train")
+    assert Path(record.details["config_file"]).read_bytes() == real.read_bytes()
+    assert yaml.safe_load(real.read_text()) == backend.calls[-1][2]
+
+
+def test_delete_dry_run_says_what_goes_and_what_stays(backend: FakeParallelCluster,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    assert create(capsys)[0] == 0
+    code, out, _ = run(capsys, "delete-cluster", "train", "--dry-run", "--output", "json")
+    plan = json.loads(out)
+    assert code == 0 and plan["confirm"] is True and registry.exists("train")
+    assert any("CloudFormation stack train" in item for item in plan["deletes"])
+    assert any("FsxLustre 'fsx' on /fsx" in item for item in plan["deletes"] + plan["keeps"])
+    assert [call[0] for call in backend.calls] == ["dry_run", "create"]  # nothing deleted

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from clusterkit.cluster import SpecOverrides, apply_overrides, plan, spec_data
+from clusterkit.cluster import ClusterRequest, plan_spec, spec_data
 from clusterkit.findings import Level
 from clusterkit.providers.aws import ParallelClusterBackend
 
@@ -72,8 +72,8 @@ def pcluster_session(mocked: None) -> Iterator[Any]:
 
 def _p4de_config(ec2: Any, key_name: str | None = None) -> dict[str, Any]:
     subnet = private_subnets(ec2, "us-east-1b")["us-east-1b"]
-    overrides = SpecOverrides(name="train", region=REGION, subnet_id=subnet, key_name=key_name)
-    checked = plan(apply_overrides(spec_data("p4de"), overrides))
+    request = ClusterRequest(name="train", preset="p4de", region=REGION, subnet_id=subnet, key_name=key_name)
+    checked = plan_spec(spec_data(request))
     assert checked.ok
     return checked.config  # type: ignore[return-value]
 

@@ -8,6 +8,7 @@ import pytest
 
 from clusterkit.cli import clusters
 from clusterkit.errors import ClusterkitError
+from clusterkit.providers import DeletionPlan
 from clusterkit.providers.aws import resize_queue
 
 
@@ -49,15 +50,14 @@ def test_resize_one_of_several_compute_resources() -> None:
     assert [r["MaxCount"] for r in resized["Scheduling"]["SlurmQueues"][1]["ComputeResources"]] == [2, 8]
 
 
-def test_interactive_delete_asks_and_a_no_keeps_the_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interactive_delete_asks_and_a_no_keeps_the_cluster(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    deletion = DeletionPlan("train", ("CloudFormation stack train",), ("FsxLustre 'fsx' (Retain)",), confirm=True)
     monkeypatch.setattr(clusters.sys.stdin, "isatty", lambda: True, raising=False)
     monkeypatch.setattr("builtins.input", lambda prompt: "n")
     with pytest.raises(ClusterkitError, match="cluster 'train' not deleted"):
-        clusters._confirm_delete("train", "us-east-1", yes=False)
+        clusters._confirm(deletion)
+    told = capsys.readouterr().err
+    assert "removes: CloudFormation stack train" in told and "keeps: FsxLustre 'fsx' (Retain)" in told
     monkeypatch.setattr("builtins.input", lambda prompt: "y")
-    clusters._confirm_delete("train", "us-east-1", yes=False)
-
-
-def test_yes_needs_no_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("builtins.input", lambda prompt: pytest.fail("asked although --yes was given"))
-    clusters._confirm_delete("train", "us-east-1", yes=True)
+    clusters._confirm(deletion)

@@ -6,7 +6,7 @@ import copy
 import re
 from typing import Any
 
-from clusterkit.cluster.plan import plan
+from clusterkit.cluster.plan import plan_spec
 
 SUBNET = "subnet-0123456789abcdef0"
 RESERVATION = "cr-0123456789abcdef0"
@@ -53,4 +53,4 @@ def with_fields(data: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]
 
 
 def findings_of(data: Any) -> list:
-    return plan(data).findings
+    return list(plan_spec(data).findings)

@@ -1,9 +1,9 @@
-"""`clusterkit validate` and `create-cluster --provider aws --dry-run`, through our own argparse parser."""
+"""`clusterkit validate` and `create-cluster --provider aws --dry-run`, through the CLI's own entry point."""
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,30 +12,14 @@ import pytest
 import yaml
 from tests.cluster.cluster_spec_helpers import SUBNET, base_data, set_field
 
-from clusterkit.cli import common_options
-from clusterkit.cli.cluster_config import add_spec_arguments, register, run_aws_create
+from clusterkit.cli import main
 from clusterkit.cluster import load_spec_data, render_config
 from clusterkit.errors import ClusterkitError
 
 
-def _parser() -> argparse.ArgumentParser:
-    """The shape the lead's CLI gives: our `validate` verb plus a create-cluster with our spec options."""
-    common = common_options()
-    parser = argparse.ArgumentParser(prog="clusterkit")
-    subparsers = parser.add_subparsers(dest="command")
-    register(subparsers, common)
-    create = subparsers.add_parser("create-cluster", parents=[common])
-    create.add_argument("--name")
-    create.add_argument("--dry-run", action="store_true")
-    create.add_argument("--provider", choices=("local", "aws"), default="aws")
-    add_spec_arguments(create)
-    create.set_defaults(handler=run_aws_create)
-    return parser
-
-
 def _run(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    return args.handler(args)
+    """The CLI, raising its errors (--debug) so that tests see them whole."""
+    return main([*argv, "--debug"])
 
 
 def _write_spec(tmp_path: Path, data: object) -> Path:
@@ -80,7 +64,7 @@ def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     spec = _write_spec(tmp_path, base_data())
     assert _run(["create-cluster", "--file", str(spec), "--name", "train", "--dry-run", "--output", "json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert set(result) == {"config", "config_file", "summary", "findings"}
+    assert {"config", "config_text", "config_file", "summary", "findings", "files", "actions"} <= set(result)
     expected = render_config(load_spec_data(set_field(base_data(), "name", "train"))[0])
     assert result["config"] == expected
     assert result["summary"]["max_nodes"] == 12 and result["summary"]["price_table_date"] == "2025-06-05"
@@ -107,7 +91,7 @@ def test_without_dry_run_it_goes_to_aws_and_says_when_there_are_no_credentials(
 
 
 def test_name_is_required_and_exactly_one_source() -> None:
-    with pytest.raises(ClusterkitError, match="--name"):
+    with pytest.raises(SystemExit):
         _run(["create-cluster", "--preset", "p4de", "--dry-run"])
     with pytest.raises(ClusterkitError, match="either a preset or a spec file"):
         _run(["create-cluster", "--preset", "p4de", "--file", "x.yaml", "--name", "a", "--dry-run"])
@@ -135,3 +119,23 @@ def test_cli_module_does_not_import_heavy_packages() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parents[2])
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device"])
+def test_output_config_onto_something_not_a_regular_file_is_refused(tmp_path: Path, kind: str,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    target = tmp_path / "target"
+    if kind == "directory":
+        target.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target = Path("/dev/null")
+    before = target.stat()
+    code = main(["create-cluster", "--preset", "g5", "--name", "dev", "--dry-run", "--output-config", str(target)])
+    assert code == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: will not write") and "not a regular file" in error and "\n" not in error
+    after = target.stat()
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)  # nothing replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["target"] if kind != "device" else [])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -11,17 +10,14 @@ from tests.cluster.cluster_spec_helpers import RESERVATION, base_data, with_fiel
 
 from clusterkit.cluster import load_spec_data, preset, preset_names, render, render_config
 
+from tests.golden import assert_matches_golden
+
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
 
 @pytest.mark.parametrize("name", preset_names())
 def test_preset_matches_golden_file(name: str) -> None:
-    golden = GOLDEN_DIR / f"{name}.yaml"
-    text = render(preset(name))
-    if os.environ.get("CLUSTERKIT_UPDATE_GOLDEN") == "1":
-        golden.write_text(text)
-    assert golden.is_file(), f"no golden file {golden}; run with CLUSTERKIT_UPDATE_GOLDEN=1"
-    assert text == golden.read_text(), f"{name} renders differently from {golden} (CLUSTERKIT_UPDATE_GOLDEN=1)"
+    assert_matches_golden(render(preset(name)), GOLDEN_DIR / f"{name}.yaml")
 
 
 def test_render_is_deterministic_and_yaml_equals_dict() -> None:

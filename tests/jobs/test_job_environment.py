@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from clusterkit.catalog import INSTANCE_TYPES, instance_type
-from clusterkit.jobs.environment import (OFI_NCCL_LIBRARY_DIR, instance_environment, job_environment,
-                                         parse_version)
+from clusterkit.jobs.environment import OFI_NCCL_LIBRARY_DIR, instance_environment, job_environment
 
 from tests.jobs.helpers import make_spec
 
@@ -86,7 +85,13 @@ def test_run_identity_variables() -> None:
             variables["CLUSTERKIT_MAX_RESTARTS"]) == ("r", "/fsx/c", "2")
 
 
-@pytest.mark.parametrize(("text", "version"), [("1.7.4", (1, 7, 4)), ("1.13.2-aws", (1, 13, 2)), ("2", (2,)),
-                                               ("latest", None), (None, None)])
-def test_parse_version(text: str | None, version: tuple[int, ...] | None) -> None:
-    assert parse_version(text) == version
+def test_versions_written_as_yaml_numbers_get_their_own_settings() -> None:
+    from clusterkit.jobs.spec import load_job
+
+    from tests.jobs.helpers import REPO_ROOT
+
+    spec = load_job(REPO_ROOT / "tests/jobs/specs/p5-ofi-1.10.yaml")
+    assert (spec.stack.aws_ofi_nccl, spec.stack.libfabric) == ("1.10", "1.20")
+    variables = job_environment(spec).variables
+    # Read as 1.1 and 1.2 they would count as legacy: device RDMA forced on and the simple protocol.
+    assert "FI_EFA_USE_DEVICE_RDMA" not in variables and "NCCL_PROTO" not in variables

@@ -10,7 +10,8 @@ from clusterkit.errors import ClusterkitError
 from clusterkit.jobs.render import render_sbatch
 from clusterkit.jobs.spec import LAUNCHERS, RUNTIMES
 
-from tests.jobs.helpers import FakeSlurm, make_spec
+from tests.fakes import FakeSlurm
+from tests.jobs.helpers import make_spec
 
 LAUNCHER_PROGRAM = {"torchrun": "torchrun", "neuron": "torchrun", "mpi": "python", "srun": "python"}
 CONTAINER_PROGRAM = {"docker": "docker", "apptainer": "apptainer"}

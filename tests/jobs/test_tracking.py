@@ -8,29 +8,8 @@ from clusterkit.errors import NotFound
 from clusterkit.jobs import handle as handle_module
 from clusterkit.jobs.handle import JobHandle
 from clusterkit.jobs.tracking import JobTracker
-from clusterkit.slurm import AccountingRecord, SlurmCommandError
 
-
-class ScriptedSlurm:
-    """Answers queue() and accounting() from the test's current picture, and counts the calls."""
-
-    def __init__(self) -> None:
-        self.queued: dict[str, str] = {}
-        self.attempts: dict[str, list[str]] = {}
-        self.calls = 0
-        self.fail_next = 0
-
-    def queue(self) -> dict[str, str]:
-        self.calls += 1
-        if self.fail_next:
-            self.fail_next -= 1
-            raise SlurmCommandError("`squeue` did not answer within 30 s")
-        return dict(self.queued)
-
-    def accounting(self, job_ids: list[str]) -> list[AccountingRecord]:
-        self.calls += 1
-        return [AccountingRecord(job_id, "j", state, "0:0", "n1", "", "")
-                for job_id in job_ids for state in self.attempts.get(job_id, [])]
+from tests.fakes import ScriptedSlurm
 
 
 def tracker(slurm: ScriptedSlurm) -> JobTracker:

@@ -23,7 +23,7 @@ def wait_for(predicate, timeout: float, what: str):
 
 
 def sacct_states(cluster: LocalCluster, job_id: str) -> list[tuple[str, str]]:
-    return [(r.base_state, r.node_list) for r in cluster.slurm.accounting([job_id])]
+    return [(r.base_state, r.node_list) for r in cluster.slurm().accounting([job_id])]
 
 
 def clusterkit(*args: str) -> subprocess.CompletedProcess[str]:
@@ -37,7 +37,7 @@ def test_two_node_job_runs_on_both_nodes_and_sacct_sees_it(local_cluster, job_di
         #SBATCH --nodes=2 --output={out}
         srun bash -c 'echo "$SLURMD_NODENAME $(hostname) $(getent hosts n2 | cut -d" " -f1)"'
         """)
-    job_id = local_cluster.slurm.sbatch(script)
+    job_id = local_cluster.slurm().sbatch(script)
     wait_for(lambda: sacct_states(local_cluster, job_id)[-1:][0][0] == "COMPLETED"
              if sacct_states(local_cluster, job_id) else False, 30, "the job to complete")
     lines = sorted(out.read_text().split("\n")[:-1])
@@ -49,7 +49,7 @@ def test_two_node_job_runs_on_both_nodes_and_sacct_sees_it(local_cluster, job_di
 
 def test_gpu_jobs_schedule_on_fake_gpus(local_cluster, job_dir):
     out = job_dir / "gpus.txt"
-    job_id = local_cluster.slurm.sbatch(
+    job_id = local_cluster.slurm().sbatch(
         f"#!/bin/bash\n#SBATCH --nodes=1 --gpus-per-node=8 --output={out}\necho \"$CUDA_VISIBLE_DEVICES\"\n")
     wait_for(lambda: any(s == "COMPLETED" for s, _ in sacct_states(local_cluster, job_id)), 30, "the GPU job")
     assert out.read_text().strip() == "0,1,2,3,4,5,6,7"
@@ -63,15 +63,15 @@ def test_crashed_node_goes_down_and_its_requeueable_job_completes_elsewhere(loca
         echo "attempt ${{SLURM_RESTART_COUNT:-0}} on $SLURMD_NODENAME"
         if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then srun sleep 300; fi
         """)
-    job_id = local_cluster.slurm.sbatch(script)
-    wait_for(lambda: local_cluster.slurm.queue().get(job_id) == "RUNNING", 30, "the job to start")
+    job_id = local_cluster.slurm().sbatch(script)
+    wait_for(lambda: local_cluster.slurm().queue().get(job_id) == "RUNNING", 30, "the job to start")
     wait_for(lambda: out.exists() and "attempt 0" in out.read_text(), 30, "the first attempt's log")
     first_node = out.read_text().split()[-1]
 
     killed = local_cluster.crash_node(first_node)
     assert killed, "crash-node killed nothing"
     try:
-        wait_for(lambda: {n.name: n for n in local_cluster.slurm.nodes()}[first_node].base_state == "down",
+        wait_for(lambda: {n.name: n for n in local_cluster.slurm().nodes()}[first_node].base_state == "down",
                  60, f"{first_node} to be DOWN")
         wait_for(lambda: [s for s, _ in sacct_states(local_cluster, job_id)][-1:] == ["COMPLETED"],
                  90, "the requeued job to complete")
@@ -81,7 +81,7 @@ def test_crashed_node_goes_down_and_its_requeueable_job_completes_elsewhere(loca
         assert "attempt 1" in out.read_text()
     finally:
         local_cluster.start_node(first_node)
-    assert {n.name: n for n in local_cluster.slurm.nodes()}[first_node].base_state == "idle"
+    assert {n.name: n for n in local_cluster.slurm().nodes()}[first_node].base_state == "idle"
 
 
 def test_describe_cluster_json_has_the_documented_fields(local_cluster):
@@ -121,4 +121,4 @@ def test_delete_cluster_leaves_no_process_and_no_listening_port(local_cluster):
     assert not registry.exists("short-lived")
     assert not cluster.layout.root.exists()
     # The shared cluster was not touched.
-    assert local_cluster.describe()["status"] == "running"
+    assert local_cluster.describe().status == "running"

@@ -62,8 +62,8 @@ def test_node_crash_resumes_from_last_checkpoint_on_healthy_nodes_bit_identical(
         local_cluster, workdir, uninterrupted_digest):
     handle = submit_job(job_from_dict(training_spec()), local_cluster.name, workdir=workdir)
     wait_for_log(handle, "checkpoint at step 20")
-    first_nodes = local_cluster.slurm.job_details(handle.job_id)["NodeList"]
-    victim = sorted(local_cluster.slurm.run("scontrol", "show", "hostnames", first_nodes).stdout.split())[-1]
+    first_nodes = local_cluster.slurm().job_details(handle.job_id)["NodeList"]
+    victim = sorted(local_cluster.slurm().run("scontrol", "show", "hostnames", first_nodes).stdout.split())[-1]
     local_cluster.crash_node(victim)
     try:
         assert handle.wait(timeout=180, poll=0.5) == "COMPLETED"
@@ -75,7 +75,7 @@ def test_node_crash_resumes_from_last_checkpoint_on_healthy_nodes_bit_identical(
     assert resumed_from >= 20
     attempts = handle.attempts()
     assert attempts[0].base_state == "NODE_FAIL" and attempts[-1].base_state == "COMPLETED"
-    assert victim not in local_cluster.slurm.run("scontrol", "show", "hostnames",
+    assert victim not in local_cluster.slurm().run("scontrol", "show", "hostnames",
                                                  attempts[-1].node_list).stdout.split()
     assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest
 
@@ -115,13 +115,13 @@ def test_a_node_failing_its_health_check_is_drained_and_the_job_requeued(local_c
                                                                         uninterrupted_digest):
     handle = submit_job(job_from_dict(training_spec("crash-once")), local_cluster.name, workdir=workdir)
     wait_for_log(handle, "checkpoint at step 10")
-    nodes = local_cluster.slurm.run("scontrol", "show", "hostnames",
-                                    local_cluster.slurm.job_details(handle.job_id)["NodeList"]).stdout.split()
+    nodes = local_cluster.slurm().run("scontrol", "show", "hostnames",
+                                    local_cluster.slurm().job_details(handle.job_id)["NodeList"]).stdout.split()
     sick = nodes[-1]
     local_cluster.fail_health(sick, "GPU 3 fell off the bus (injected)")
     try:
         assert handle.wait(timeout=180, poll=0.5) == "COMPLETED"
-        node = {n.name: n for n in local_cluster.slurm.nodes()}[sick]
+        node = {n.name: n for n in local_cluster.slurm().nodes()}[sick]
         assert node.base_state == "drain" and "GPU 3 fell off the bus" in node.reason
     finally:
         local_cluster.heal(sick)
@@ -138,8 +138,8 @@ def test_watch_resubmits_a_job_slurm_did_not_requeue_without_the_bad_node(local_
     spec["requeue"] = False  # Slurm ends it NODE_FAIL; only the watcher can bring it back
     handle = submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir)
     wait_for_log(handle, "checkpoint at step 20")
-    nodes = local_cluster.slurm.run("scontrol", "show", "hostnames",
-                                    local_cluster.slurm.job_details(handle.job_id)["NodeList"]).stdout.split()
+    nodes = local_cluster.slurm().run("scontrol", "show", "hostnames",
+                                    local_cluster.slurm().job_details(handle.job_id)["NodeList"]).stdout.split()
     victim = nodes[-1]
     watcher = subprocess.Popen([sys.executable, "-m", "clusterkit", "watch", handle.job_id, "--resubmit",
                                 "--cluster", local_cluster.name, "--output", "json"],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,39 +10,8 @@ import pytest
 
 from clusterkit.resilience import supervisor as supervisor_module
 from clusterkit.resilience.supervisor import BudgetState, Supervisor
-from clusterkit.slurm import NodeInfo
 
-
-class ScriptedSlurm:
-    def __init__(self, sick: dict[str, str] | None = None, job_state: str = "RUNNING") -> None:
-        self.sick = sick or {}
-        self.job_state = job_state
-        self.drained: list[tuple[str, str]] = []
-        self.requeued: list[str] = []
-
-    def hostnames(self, node_list: str) -> list[str]:
-        return ["n1", "n2"]
-
-    def nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(name, "alloc", 2, "", "") for name in ("n1", "n2")]
-
-    def queue(self) -> dict[str, str]:
-        return {"42": self.job_state}
-
-    def run(self, command: str, *args: str, **_: object) -> subprocess.CompletedProcess[str]:
-        node = args[args.index("-w") + 1]
-        results = [{"check": "injected-fault", "ok": node not in self.sick, "evidence": self.sick.get(node, "none")}]
-        report = {"node": node, "healthy": node not in self.sick, "results": results}
-        return subprocess.CompletedProcess([command, *args], 0, json.dumps(report) + "\n", "")
-
-    def update_node(self, node: str, state: str, reason: str = "") -> None:
-        self.drained.append((node, reason))
-
-    def requeue(self, job_id: str) -> None:
-        self.requeued.append(job_id)
-
-    def steps(self, job_id: str) -> list[str]:
-        return []
+from tests.fakes import ScriptedSlurm
 
 
 @pytest.fixture(autouse=True)
@@ -64,7 +32,7 @@ def supervise(tmp_path: Path, step: str, slurm: ScriptedSlurm, **settings: objec
 
 
 def test_an_application_error_is_retried_then_stopped_without_requeue(tmp_path):
-    slurm = ScriptedSlurm()
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
     code, made = supervise(tmp_path, "raise SystemExit(3)", slurm)
     assert code == 3
     assert [d["decision"] for d in made] == ["application_error", "application_error"]
@@ -73,7 +41,7 @@ def test_an_application_error_is_retried_then_stopped_without_requeue(tmp_path):
 
 
 def test_a_sick_node_is_drained_with_its_evidence_and_the_job_requeued(tmp_path):
-    slurm = ScriptedSlurm(sick={"n2": "GPU 3 fell off the bus"})
+    slurm = ScriptedSlurm(sick={"n2": "GPU 3 fell off the bus"}, queued={"42": "RUNNING"})
     code, made = supervise(tmp_path, "raise SystemExit(1)", slurm)
     assert [d["decision"] for d in made] == ["node_failure"] and made[0]["nodes"] == ["n2"]
     assert slurm.drained == [("n2", "clusterkit: injected-fault: GPU 3 fell off the bus")]
@@ -81,7 +49,7 @@ def test_a_sick_node_is_drained_with_its_evidence_and_the_job_requeued(tmp_path)
 
 
 def test_a_sick_node_found_before_the_step_never_runs_it(tmp_path):
-    slurm = ScriptedSlurm(sick={"n1": "EFA 2 of 4"})
+    slurm = ScriptedSlurm(sick={"n1": "EFA 2 of 4"}, queued={"42": "RUNNING"})
     marker = tmp_path / "ran"
     code, made = supervise(tmp_path, f"open({str(marker)!r}, 'w')", slurm, precheck=True)
     assert made[0]["decision"] == "node_failure" and "before the step" in made[0]["evidence"]
@@ -94,7 +62,7 @@ def test_a_hang_is_detected_by_heartbeats_and_the_step_retried(tmp_path):
             f"m = pathlib.Path({str(marker)!r})\n"
             f"if m.exists(): raise SystemExit(0)\n"
             f"m.write_text('x'); heartbeat(7, min_interval_s=0); time.sleep(120)\n")
-    code, made = supervise(tmp_path, step, ScriptedSlurm(), hang_timeout=1)
+    code, made = supervise(tmp_path, step, ScriptedSlurm(queued={"42": "RUNNING"}), hang_timeout=1)
     assert code == 0
     assert [d["decision"] for d in made] == ["hang", "completed"]
     assert "made no progress past step 7" in made[0]["evidence"]
@@ -105,12 +73,12 @@ def test_a_restart_beyond_the_budget_stops(tmp_path, monkeypatch):
     state.mkdir()
     BudgetState(restarts=3, attempts_seen=["42.0", "42.1", "42.2", "42.3"]).save(state / "supervisor.json")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "4")
-    code, made = supervise(tmp_path, "raise SystemExit(0)", ScriptedSlurm())
+    code, made = supervise(tmp_path, "raise SystemExit(0)", ScriptedSlurm(queued={"42": "RUNNING"}))
     assert code == 1 and [d["decision"] for d in made] == ["budget_exhausted"]
 
 
 def test_no_node_is_judged_while_slurm_ends_the_job(tmp_path):
-    slurm = ScriptedSlurm(sick={"n1": "unreachable"}, job_state="COMPLETING")
+    slurm = ScriptedSlurm(sick={"n1": "unreachable"}, queued={"42": "COMPLETING"})
     code, made = supervise(tmp_path, "raise SystemExit(1)", slurm)
     assert [d["decision"] for d in made] == ["terminated"]
     assert slurm.drained == [] and slurm.requeued == []

@@ -1,8 +1,10 @@
-"""AWS clusters through ParallelCluster: prepare (resolve + dry run), create, describe, update, delete.
+"""AWS clusters through ParallelCluster: the `aws` provider and the clusters it manages.
 
-    prepared = prepare(plan, Aws(region), ParallelClusterBackend())   # checks; changes nothing
-    cluster = AwsCluster.create(prepared, progress=print)              # creates and follows the stack
-    cluster.update_queue("train", max_count=8); cluster.delete()
+    provider = AwsProvider()
+    plan = provider.plan(ClusterRequest(name="train", preset="p4de"))  # offline: spec, config, findings
+    plan = provider.prepare(plan)            # credentials, resolution, ParallelCluster's dry run; no change
+    cluster = provider.apply(plan)           # creates exactly plan.config and follows its stack
+    cluster.resize("train", max_count=8); cluster.deletion(); cluster.delete()
 
 The registry record (provider "aws") keeps the region, the stack id and the config file, so every
 later verb finds the cluster by name alone.
@@ -13,88 +15,149 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from clusterkit import registry
+from clusterkit.cluster.plan import ClusterPlan, ClusterRequest, plan_spec, spec_data
+from clusterkit.cluster.render import config_text, render_config
+from clusterkit.cluster.validators import validate
 from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
-from clusterkit.findings import Finding, has_errors
+from clusterkit.files import write_atomically
+from clusterkit.findings import has_errors
 from clusterkit.providers.aws.access import Aws, check_caller
 from clusterkit.providers.aws.backend import ClusterBackend, Config, ParallelClusterBackend
-from clusterkit.providers.aws.resolve import Resolution, resolve
-from clusterkit.providers.aws.stack import Progress, StackFailed, follow_stack
-
-if TYPE_CHECKING:
-    from clusterkit.cluster.plan import Plan
+from clusterkit.providers.aws.cloudformation import StackFailed, follow_stack
+from clusterkit.providers.aws.resolve import resolve
+from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, quiet
+from clusterkit.slurm import Slurm
 
 PROVIDER = "aws"
 CONFIG_FILE = "parallelcluster.yaml"
 POLL_SECONDS = 15.0  # between looks at the stack; tests lower it
-
-
-def _quiet(_: str) -> None:
-    pass
-
-
-@dataclass
-class PreparedCluster:
-    """A spec resolved against the account and dry-run by ParallelCluster; `config` is None on errors."""
-
-    name: str
-    region: str
-    caller: dict[str, str]
-    resolution: Resolution | None
-    findings: list[Finding] = field(default_factory=list)
-    config: Config | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.config is not None and not has_errors(self.findings)
-
-
-def prepare(plan: Plan, aws: Aws, backend: ClusterBackend | None = None, custom_ami: str | None = None,
-            progress: Progress = _quiet) -> PreparedCluster:
-    """Check the caller, resolve the spec (subnet, reservations, key, storage, AMI), then ParallelCluster's dry run."""
-    from clusterkit.cluster import render_config, validate
-
-    if not plan.ok or plan.spec is None:
-        raise ClusterkitError("the cluster spec has errors", fix="run with --dry-run to see them")
-    name = plan.spec.name
-    if registry.exists(name):
-        raise AlreadyExists(f"a cluster named {name!r} already exists",
-                            fix=f"choose another --name, or delete it first with `clusterkit delete-cluster {name}`")
-    backend = backend or ParallelClusterBackend()
-    progress(f"checking AWS credentials for {aws.region}")
-    caller = check_caller(aws)
-    progress(f"resolving the spec in account {caller['account']}, {aws.region}")
-    resolution = resolve(plan.spec, aws, custom_ami)
-    prepared = PreparedCluster(name=name, region=aws.region, caller=caller, resolution=resolution)
-    # The resolved spec is validated afresh: a chosen subnet ends the "placeholder subnet" warning.
-    prepared.findings = validate(resolution.spec) + resolution.findings
-    if has_errors(prepared.findings):
-        return prepared
-    config = render_config(resolution.spec)
-    if resolution.image_id:
-        config["Image"]["CustomAmi"] = resolution.image_id
-    progress("ParallelCluster dry run")
-    prepared.findings += backend.dry_run(name, config, aws.region)
-    if not has_errors(prepared.findings):
-        prepared.config = config
-    return prepared
+LOCAL_FLAGS = {"nodes": ("--nodes", 4), "cpus_per_node": ("--cpus-per-node", 2),
+               "gpus_per_node": ("--gpus-per-node", 0)}
 
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _write_config(path: Path, config: Config) -> None:
-    import yaml  # lazy: keep CLI start fast
+class AwsProvider:
+    """AWS ParallelCluster clusters. `aws` and `backend` are the edges (boto3, pcluster); tests swap them."""
 
-    from clusterkit.files import write_atomically
+    name = PROVIDER
 
-    header = "# AWS ParallelCluster configuration of this cluster, as last applied by clusterkit.\n"
-    write_atomically(path, header + yaml.safe_dump(config, sort_keys=False, width=1000))
+    def __init__(self, aws: Aws | None = None, backend: ClusterBackend | None = None) -> None:
+        self._aws = aws
+        self._backend = backend
+
+    @property
+    def backend(self) -> ClusterBackend:
+        if self._backend is None:
+            self._backend = ParallelClusterBackend()
+        return self._backend
+
+    def _aws_for(self, region: str) -> Aws:
+        if self._aws is None or self._aws.region != region:
+            self._aws = Aws(region)
+        return self._aws
+
+    def plan(self, request: ClusterRequest) -> ClusterPlan:
+        given = [flag for key, (flag, default) in LOCAL_FLAGS.items() if getattr(request, key) != default]
+        if given:
+            raise ClusterkitError(f"{', '.join(given)} describe local clusters",
+                                  fix="an AWS cluster's nodes come from its spec (queues[].compute[])")
+        plan = plan_spec(spec_data(request))
+        details = {"custom_ami": request.custom_ami} if request.custom_ami else {}
+        return plan.replace(files=self._files(plan), actions=self._actions(plan), details=details)
+
+    def _files(self, plan: ClusterPlan) -> dict[str, str]:
+        if plan.config_text is None or not plan.name:
+            return {}
+        return {str(registry.cluster_dir(plan.name) / CONFIG_FILE): plan.config_text}
+
+    def _actions(self, plan: ClusterPlan) -> tuple[str, ...]:
+        region = plan.spec.region if plan.spec is not None else "?"
+        return (f"check the AWS caller (sts get-caller-identity) in {region}",
+                "resolve the spec against the account: subnet, reservations, key pair, storage, AMI",
+                "run ParallelCluster's dry run of the resolved configuration",
+                f"create the cluster with ParallelCluster (CloudFormation stack {plan.name}) and follow it")
+
+    def prepare(self, plan: ClusterPlan, progress: Progress = quiet) -> ClusterPlan:
+        """Check the caller, resolve the spec, render it again and run ParallelCluster's dry run."""
+        if not plan.ok or plan.spec is None:
+            raise ClusterkitError("the cluster spec has errors", fix="run with --dry-run to see them")
+        name = plan.name
+        if registry.exists(name):
+            raise AlreadyExists(f"a cluster named {name!r} already exists", fix=f"choose another --name, or delete "
+                                f"it first with `clusterkit delete-cluster {name}`")
+        aws = self._aws_for(plan.spec.region)
+        progress(f"checking AWS credentials for {aws.region}")
+        caller = check_caller(aws)
+        progress(f"resolving the spec in account {caller['account']}, {aws.region}")
+        resolution = resolve(plan.spec, aws, plan.details.get("custom_ami"))
+        # The resolved spec is validated afresh: a chosen subnet ends the "placeholder subnet" warning.
+        findings = validate(resolution.spec) + resolution.findings
+        details = {**plan.details, "prepared": True, "region": aws.region, "account": caller["account"],
+                   "caller": caller["arn"], "chosen": dict(resolution.chosen)}
+        prepared = plan.replace(spec=resolution.spec, details=details)
+        if has_errors(findings):
+            return prepared.replace(findings=tuple(findings), config=None, config_text=None, files={})
+        config = prepared_config(resolution.spec, resolution.image_id)
+        progress("ParallelCluster dry run")
+        findings += self.backend.dry_run(name, config, aws.region)
+        if has_errors(findings):
+            return prepared.replace(findings=tuple(findings), config=None, config_text=None, files={})
+        prepared = prepared.replace(findings=tuple(findings), config=config, config_text=config_text(name, config))
+        return prepared.replace(files=self._files(prepared))
+
+    def apply(self, plan: ClusterPlan, progress: Progress = quiet, poll_seconds: float | None = None) -> AwsCluster:
+        """Create the prepared cluster and follow its stack to CREATE_COMPLETE.
+
+        The record is saved as soon as the stack exists, so `delete-cluster` can clean up a failed create.
+        """
+        if not plan.details.get("prepared") or not plan.ok or plan.config is None:
+            raise ClusterkitError(f"cluster {plan.name!r} was not prepared against AWS, or did not pass",
+                                  fix="prepare the plan first (provider.prepare(plan)) and fix its findings")
+        aws = self._aws_for(plan.details["region"])
+        ((config_path, text),) = plan.files.items()
+        config_file = Path(config_path)
+        config_file.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(config_file, text)
+        progress(f"creating cluster {plan.name!r} in {aws.region}")
+        try:
+            stack_id = self.backend.create(plan.name, plan.config, aws.region)
+        except BaseException:
+            shutil.rmtree(config_file.parent, ignore_errors=True)
+            raise
+        cluster = AwsCluster(registry.ClusterRecord(
+            name=plan.name, provider=PROVIDER, created=_now(),
+            details={"region": aws.region, "stack_name": plan.name, "stack_id": stack_id,
+                     "config_file": str(config_file), "account": plan.details.get("account"),
+                     "chosen": dict(plan.details.get("chosen", {})), "queues": queue_instance_types(plan.config)},
+        ), aws=aws, backend=self.backend)
+        registry.save(cluster.record)
+        cluster._follow("CREATE", progress, poll_seconds)
+        return cluster
+
+    def open(self, record: registry.ClusterRecord) -> AwsCluster:
+        return AwsCluster(record, backend=self._backend)
+
+
+def prepared_config(spec: Any, image_id: str | None) -> Config:
+    """The ParallelCluster config of a resolved spec, booting `image_id` when one was found."""
+    config = render_config(spec)
+    if image_id:
+        config["Image"]["CustomAmi"] = image_id
+    return config
+
+
+def queue_instance_types(config: Config) -> dict[str, list[str]]:
+    """Queue (Slurm partition) -> the instance types of its compute resources: what a job there runs on."""
+    return {queue["Name"]: [resource["InstanceType"] for resource in queue.get("ComputeResources", [])
+                            if "InstanceType" in resource]
+            for queue in config.get("Scheduling", {}).get("SlurmQueues", [])}
 
 
 def resize_queue(config: Config, queue: str, max_count: int, min_count: int | None = None,
@@ -165,37 +228,25 @@ class AwsCluster:
             self._aws = Aws(self.region)
         return self._aws
 
-    # ----- create -------------------------------------------------------------------------------
-    @classmethod
-    def create(cls, prepared: PreparedCluster, aws: Aws, backend: ClusterBackend | None = None,
-               progress: Progress = _quiet, poll_seconds: float | None = None) -> AwsCluster:
-        """Create the prepared cluster and follow its stack to CREATE_COMPLETE.
+    def config(self) -> Config:
+        import yaml  # lazy: keep CLI start fast
 
-        The record is saved as soon as the stack exists, so `delete-cluster` can clean up a failed create.
-        """
-        if not prepared.ok or prepared.config is None:
-            raise ClusterkitError(f"cluster {prepared.name!r} did not pass its checks",
-                                  fix="fix the findings printed above")
-        backend = backend or ParallelClusterBackend()
-        config_file = registry.cluster_dir(prepared.name) / CONFIG_FILE
-        config_file.parent.mkdir(parents=True, exist_ok=True)
-        _write_config(config_file, prepared.config)
-        progress(f"creating cluster {prepared.name!r} in {aws.region}")
-        try:
-            stack_id = backend.create(prepared.name, prepared.config, aws.region)
-        except BaseException:
-            shutil.rmtree(config_file.parent, ignore_errors=True)
-            raise
-        resolution = prepared.resolution
-        cluster = cls(registry.ClusterRecord(
-            name=prepared.name, provider=PROVIDER, created=_now(),
-            details={"region": aws.region, "stack_name": prepared.name, "stack_id": stack_id,
-                     "config_file": str(config_file), "account": prepared.caller.get("account"),
-                     "chosen": dict(resolution.chosen) if resolution else {}},
-        ), aws=aws, backend=backend)
-        registry.save(cluster.record)
-        cluster._follow("CREATE", progress, poll_seconds)
-        return cluster
+        return yaml.safe_load(self.config_file.read_text())
+
+    def queues(self) -> dict[str, list[str]]:
+        known = self.record.details.get("queues")
+        if known is not None:
+            return dict(known)
+        try:  # a record from before queues were kept in it
+            return queue_instance_types(self.config())
+        except (OSError, ValueError, AttributeError):
+            return {}
+
+    def slurm(self) -> Slurm:
+        raise ClusterkitError(
+            f"jobs on AWS cluster {self.name!r} are submitted from its head node",
+            fix=f"ssh to the head node (pcluster ssh --cluster-name {self.name}) and run clusterkit there "
+                "with --cluster host")
 
     def _follow(self, operation: str, progress: Progress, poll_seconds: float | None) -> None:
         try:
@@ -208,49 +259,66 @@ class AwsCluster:
             raise StackFailed(failed.message, failed.failure,
                               fix="; ".join(part for part in (failed.fix, after) if part)) from None
 
-    # ----- describe -----------------------------------------------------------------------------
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> ClusterInfo:
         info = self.backend.describe(self.name, self.region)
-        base = {"name": self.name, "provider": PROVIDER, "created": self.record.created, "region": self.region,
-                "stack_name": self.record.details.get("stack_name", self.name),
-                "config_file": str(self.config_file)}
+        details = {"region": self.region, "stack_name": self.record.details.get("stack_name", self.name),
+                   "config_file": str(self.config_file)}
         if info is None:
-            return {**base, "status": "gone", "stack_status": None, "head_node": None, "nodes": []}
+            return ClusterInfo(self.name, PROVIDER, "gone", self.record.created,
+                               details={**details, "stack_status": None, "head_node": None})
         cluster_status = info.get("clusterStatus", "")
         status = _STATUS.get(cluster_status, "failed" if "FAILED" in cluster_status else cluster_status.lower())
         if status == "running" and info.get("computeFleetStatus") not in (None, "RUNNING", "ENABLED"):
             status = "stopped"
         head = info.get("headNode") or {}
-        nodes = [{"name": i.get("instanceId"), "node_type": i.get("nodeType"), "queue": i.get("queueName"),
-                  "instance_type": i.get("instanceType"), "state": i.get("state"),
-                  "private_ip": i.get("privateIpAddress")} for i in info.get("instances", [])]
-        return {**base, "status": status, "stack_status": info.get("cloudFormationStackStatus"),
-                "compute_fleet": info.get("computeFleetStatus"),
-                "head_node": {"instance_id": head.get("instanceId"), "state": head.get("state"),
-                              "public_ip": head.get("publicIpAddress"), "private_ip": head.get("privateIpAddress")}
-                if head else None,
-                "nodes": nodes}
+        nodes = tuple({"name": i.get("instanceId"), "node_type": i.get("nodeType"), "queue": i.get("queueName"),
+                       "instance_type": i.get("instanceType"), "state": i.get("state"),
+                       "private_ip": i.get("privateIpAddress")} for i in info.get("instances", []))
+        head_node = ({"instance_id": head.get("instanceId"), "state": head.get("state"),
+                      "public_ip": head.get("publicIpAddress"), "private_ip": head.get("privateIpAddress")}
+                     if head else None)
+        address = head.get("publicIpAddress") or head.get("privateIpAddress")
+        return ClusterInfo(self.name, PROVIDER, status, self.record.created, nodes, details={
+            **details, "stack_status": info.get("cloudFormationStackStatus"),
+            "compute_fleet": info.get("computeFleetStatus"), "head_node": head_node},
+            where=f"in {self.region}" + (f"; head node {address}" if address else ""))
 
-    # ----- update -------------------------------------------------------------------------------
-    def update_queue(self, queue: str, max_count: int, min_count: int | None = None,
-                     compute_resource: str | None = None, progress: Progress = _quiet,
-                     poll_seconds: float | None = None) -> dict[str, Any]:
+    def resize(self, queue: str, max_count: int, min_count: int | None = None, compute_resource: str | None = None,
+               progress: Progress = quiet, poll_seconds: float | None = None) -> dict[str, Any]:
         """Resize one queue through a ParallelCluster update; the config file follows when it succeeds."""
-        import yaml  # lazy: keep CLI start fast
-
-        config = yaml.safe_load(self.config_file.read_text())
-        new = resize_queue(config, queue, max_count, min_count, compute_resource)
+        new = resize_queue(self.config(), queue, max_count, min_count, compute_resource)
         progress(f"updating cluster {self.name!r}: queue {queue!r} to max {max_count}")
         self.backend.update(self.name, new, self.region)
         self._follow("UPDATE", progress, poll_seconds)
-        _write_config(self.config_file, new)
+        write_atomically(self.config_file, config_text(self.name, new))
         resized = next(q for q in new["Scheduling"]["SlurmQueues"] if q["Name"] == queue)
         return {"name": self.name, "queue": queue,
                 "compute_resources": [{"name": r["Name"], "min_count": r["MinCount"], "max_count": r["MaxCount"]}
                                       for r in resized["ComputeResources"]]}
 
-    # ----- delete -------------------------------------------------------------------------------
-    def delete(self, progress: Progress = _quiet, poll_seconds: float | None = None) -> None:
+    def deletion(self) -> DeletionPlan:
+        """The stack and its instances go; storage ParallelCluster created goes unless its DeletionPolicy
+        keeps it; storage the cluster only mounted stays."""
+        try:
+            storage = self.config().get("SharedStorage", [])
+        except (OSError, ValueError):
+            storage = []
+        deletes = [f"CloudFormation stack {self.record.details.get('stack_name', self.name)} in {self.region}: "
+                   "the head node, every compute node, their root volumes and the cluster's network resources"]
+        keeps = []
+        for entry in storage:
+            settings = next((value for key, value in entry.items() if key.endswith("Settings")), {}) or {}
+            what = f"{entry.get('StorageType')} {entry.get('Name')!r} on {entry.get('MountDir')}"
+            existing = next((settings[key] for key in ("FileSystemId", "VolumeId") if key in settings), None)
+            if existing:
+                keeps.append(f"{what} ({existing}: not made by this cluster)")
+            elif settings.get("DeletionPolicy", "Delete") == "Delete":
+                deletes.append(f"{what} and every file on it (DeletionPolicy Delete)")
+            else:
+                keeps.append(f"{what} (DeletionPolicy {settings['DeletionPolicy']})")
+        return DeletionPlan(self.name, tuple(deletes), tuple(keeps), confirm=True)
+
+    def delete(self, progress: Progress = quiet, poll_seconds: float | None = None) -> None:
         """Delete the cluster (its stack, and storage ParallelCluster created with DeletionPolicy Delete)."""
         if self.backend.describe(self.name, self.region) is not None:
             progress(f"deleting cluster {self.name!r} in {self.region}")

@@ -1,5 +1,5 @@
 """The local provider: a real Slurm cluster (munged, MariaDB, slurmdbd, slurmctld, N slurmd) on one machine."""
 
-from clusterkit.providers.local.cluster import LocalCluster
+from clusterkit.providers.local.cluster import LocalCluster, LocalProvider
 
-__all__ = ["LocalCluster"]
+__all__ = ["LocalCluster", "LocalProvider"]

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit import registry
+from clusterkit.cluster.plan import ClusterPlan, ClusterRequest
 from clusterkit.errors import AlreadyExists, ClusterkitError, MissingDependency
+from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, quiet
 from clusterkit.providers.local import processes
 from clusterkit.providers.local.config import (
     LocalClusterConfig,
@@ -31,7 +33,7 @@ from clusterkit.providers.local.config import (
     render_slurm_conf,
     render_slurmdbd_conf,
 )
-from clusterkit.resilience.health import FAULTS_DIR_ENV
+from clusterkit.runtime import FAULTS_DIR_ENV
 from clusterkit.slurm import Slurm
 
 PROVIDER = "local"
@@ -40,11 +42,9 @@ REQUIRED_PROGRAMS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "sl
 INSTALL_COMMAND = "apt-get install -y --no-install-recommends slurm-wlm munge slurmdbd mariadb-server"
 START_TIMEOUT = 30.0
 
-Progress = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
+# Request fields that describe AWS clusters, and their flags.
+AWS_ONLY = {"preset": "--preset", "spec_file": "--file", "region": "--region", "subnet_id": "--subnet-id",
+            "key_name": "--key-name", "custom_ami": "--custom-ami"}
 
 
 def check_prerequisites() -> None:
@@ -92,6 +92,51 @@ def _mariadb_template(progress: Progress) -> Path:
     return template
 
 
+class LocalProvider:
+    """Real Slurm clusters on this machine: plan (files, ports, daemons), prepare, apply, open."""
+
+    name = PROVIDER
+
+    def plan(self, request: ClusterRequest) -> ClusterPlan:
+        given = [flag for field_name, flag in AWS_ONLY.items() if getattr(request, field_name) is not None]
+        if given:
+            raise ClusterkitError(f"{', '.join(given)} describe AWS clusters",
+                                  fix="drop them for a local cluster, or use --provider aws")
+        cluster = LocalCluster._new(request.name, request.nodes, request.cpus_per_node, request.gpus_per_node,
+                                    request.memory_mb_per_node)
+        return ClusterPlan(
+            provider=PROVIDER, name=request.name, spec=cluster.config,
+            files={str(path): text for path, text in cluster._rendered_files().items()},
+            actions=tuple(shlex.join(argv) for argv in cluster._daemon_commands().values()),
+            details={"directory": str(cluster.layout.root), "ports": cluster.config.ports},
+        )
+
+    def prepare(self, plan: ClusterPlan, progress: Progress = quiet) -> ClusterPlan:
+        check_prerequisites()
+        if registry.exists(plan.name):
+            raise AlreadyExists(f"a cluster named {plan.name!r} already exists",
+                                fix=f"use it, or delete it first with `clusterkit delete-cluster {plan.name}`")
+        return plan
+
+    def apply(self, plan: ClusterPlan, progress: Progress = quiet) -> LocalCluster:
+        """Write exactly the plan's files and start the daemons; on failure leave nothing behind."""
+        cluster = LocalCluster.from_config(plan.spec)
+        try:
+            cluster._write_files(plan.files, progress)
+            registry.save(cluster.record)  # before any daemon starts: delete-cluster can always clean up
+            cluster._start(progress)
+        except BaseException:
+            # Leave nothing half-made behind: no daemons, no record, no directory.
+            cluster._teardown()
+            registry.remove(plan.name)
+            shutil.rmtree(cluster.layout.root, ignore_errors=True)
+            raise
+        return cluster
+
+    def open(self, record: registry.ClusterRecord) -> LocalCluster:
+        return LocalCluster(record)
+
+
 class LocalCluster:
     """A local Slurm cluster known to the registry."""
 
@@ -100,16 +145,21 @@ class LocalCluster:
             raise ClusterkitError(f"cluster {record.name!r} is a {record.provider} cluster, not a local one")
         self.record = record
         details = record.details
-        self.config = LocalClusterConfig(
-            name=record.name, nodes=details["nodes"], cpus_per_node=details["cpus_per_node"],
-            gpus_per_node=details["gpus_per_node"], memory_mb_per_node=details["memory_mb_per_node"],
-            base_port=details["base_port"], controller_host=details["controller_host"],
-        )
+        try:
+            self.config = LocalClusterConfig(
+                name=record.name, nodes=details["nodes"], cpus_per_node=details["cpus_per_node"],
+                gpus_per_node=details["gpus_per_node"], memory_mb_per_node=details["memory_mb_per_node"],
+                base_port=details["base_port"], controller_host=details["controller_host"],
+            )
+        except KeyError as missing:
+            raise ClusterkitError(f"the record of local cluster {record.name!r} is damaged: it has no {missing}",
+                                  fix=f"remove {registry.cluster_dir(record.name)} and create the cluster again")
+
         self.layout = LocalLayout(record.directory)
         # Jobs on a local cluster run with the Python that drives it (its venv's python, torchrun).
         # Health checks in its jobs look for injected faults here.
         python_bin = os.path.dirname(sys.executable)
-        self.slurm = Slurm(self.layout.slurm_conf, extra_env={
+        self._slurm = Slurm(self.layout.slurm_conf, extra_env={
             "PATH": f"{python_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             FAULTS_DIR_ENV: str(self.layout.faults),
         })
@@ -148,41 +198,35 @@ class LocalCluster:
         taken = [port for other in registry.all_records() if other.provider == PROVIDER
                  for port in cls(other).config.ports]
         base_port = processes.find_free_port_range(nodes + 2, taken)
+        return cls.from_config(LocalClusterConfig(
+            name=name, nodes=nodes, cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node,
+            memory_mb_per_node=memory_mb_per_node, base_port=base_port,
+            controller_host=socket.gethostname().split(".")[0]))
+
+    @classmethod
+    def from_config(cls, config: LocalClusterConfig) -> LocalCluster:
         return cls(registry.ClusterRecord(
-            name=name, provider=PROVIDER, created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            details={"nodes": nodes, "cpus_per_node": cpus_per_node, "gpus_per_node": gpus_per_node,
-                     "memory_mb_per_node": memory_mb_per_node, "base_port": base_port,
-                     "controller_host": socket.gethostname().split(".")[0], "pids": {}},
+            name=config.name, provider=PROVIDER,
+            created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            details={"nodes": config.nodes, "cpus_per_node": config.cpus_per_node,
+                     "gpus_per_node": config.gpus_per_node, "memory_mb_per_node": config.memory_mb_per_node,
+                     "base_port": config.base_port, "controller_host": config.controller_host, "pids": {}},
         ))
 
     @classmethod
-    def plan(cls, name: str, nodes: int = 4, cpus_per_node: int = 2, gpus_per_node: int = 0,
-             memory_mb_per_node: int = 4000) -> dict[str, Any]:
-        """The dry run of `create`: the files it would write and the daemons it would start."""
-        cluster = cls._new(name, nodes, cpus_per_node, gpus_per_node, memory_mb_per_node)
-        return {
-            "name": name, "provider": PROVIDER, "directory": str(cluster.layout.root),
-            "ports": cluster.config.ports,
-            "files": {str(path): text for path, text in cluster._rendered_files().items()},
-            "commands": [shlex.join(argv) for argv in cluster._daemon_commands().values()],
-        }
-
-    @classmethod
     def create(cls, name: str, nodes: int = 4, cpus_per_node: int = 2, gpus_per_node: int = 0,
-               memory_mb_per_node: int = 4000, progress: Progress = _quiet) -> LocalCluster:
-        cluster = cls._new(name, nodes, cpus_per_node, gpus_per_node, memory_mb_per_node)
-        check_prerequisites()
-        try:
-            cluster._write_files(progress)
-            registry.save(cluster.record)  # before any daemon starts: delete-cluster can always clean up
-            cluster._start(progress)
-        except BaseException:
-            # Leave nothing half-made behind: no daemons, no record, no directory.
-            cluster._teardown()
-            registry.remove(name)
-            shutil.rmtree(cluster.layout.root, ignore_errors=True)
-            raise
-        return cluster
+               memory_mb_per_node: int = 4000, progress: Progress = quiet) -> LocalCluster:
+        """Plan, prepare and apply in one call (for scripts and tests)."""
+        provider = LocalProvider()
+        request = ClusterRequest(name=name, provider=PROVIDER, nodes=nodes, cpus_per_node=cpus_per_node,
+                                 gpus_per_node=gpus_per_node, memory_mb_per_node=memory_mb_per_node)
+        return provider.apply(provider.prepare(provider.plan(request)), progress)
+
+    def slurm(self) -> Slurm:
+        return self._slurm
+
+    def queues(self) -> dict[str, list[str]]:
+        return {}  # CPU nodes (and fake GPUs): no EC2 instance type
 
     def _rendered_files(self) -> dict[Path, str]:
         layout, config = self.layout, self.config
@@ -213,7 +257,7 @@ class LocalCluster:
                                           str(layout.slurm_conf)]
         return commands
 
-    def _write_files(self, progress: Progress) -> None:
+    def _write_files(self, files: dict[str, str], progress: Progress) -> None:
         layout, config = self.layout, self.config
         for directory in (layout.etc, layout.run, layout.log, layout.state, layout.spool):
             directory.mkdir(parents=True, exist_ok=True)
@@ -228,10 +272,10 @@ class LocalCluster:
         key = os.open(layout.munge_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
         with os.fdopen(key, "wb") as handle:
             handle.write(os.urandom(1024))
-        for path, text in self._rendered_files().items():
+        for path, text in files.items():
             # slurmdbd refuses a config that others can read.
             descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
-                                 0o600 if path == layout.slurmdbd_conf else 0o644)
+                                 0o600 if Path(path) == layout.slurmdbd_conf else 0o644)
             with os.fdopen(descriptor, "w") as handle:
                 handle.write(text)
         shutil.copytree(_mariadb_template(progress), layout.mysql_data)
@@ -311,7 +355,7 @@ class LocalCluster:
                 if pid is None or not processes.pid_alive(pid):
                     raise ClusterkitError(f"slurmd of node {node} exited during start-up",
                                           fix=f"see {self.layout.log}/slurmd-{node}.log")
-            states = {n.name: n for n in self.slurm.nodes()}
+            states = {n.name: n for n in self._slurm.nodes()}
             return all(n in states and states[n].responding and
                        states[n].base_state in ("idle", "alloc", "mix", "comp", "drain", "drng")
                        for n in nodes)
@@ -320,12 +364,12 @@ class LocalCluster:
                              interval=0.1, hint=f"see {self.layout.log}/slurmctld.log")
 
     # ----- describe -----------------------------------------------------------------------------
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> ClusterInfo:
         daemons = {key: self._ours(key) is not None for key in self.pids}
-        controller_up = daemons.get("slurmctld", False) and self.slurm.ping()
+        controller_up = daemons.get("slurmctld", False) and self._slurm.ping()
         if controller_up:
             nodes = [{"name": n.name, "state": n.state, "cpus": n.cpus, "gres": n.gres, "reason": n.reason}
-                     for n in self.slurm.nodes()]
+                     for n in self._slurm.nodes()]
         else:
             nodes = [{"name": n, "state": "unknown", "cpus": self.config.cpus_per_node, "gres": "",
                       "reason": "slurmctld is not running"} for n in self.config.node_names]
@@ -335,12 +379,17 @@ class LocalCluster:
             status = "running"
         else:
             status = "degraded"
-        return {
-            "name": self.name, "provider": PROVIDER, "status": status, "created": self.record.created,
-            "slurm_conf": str(self.layout.slurm_conf), "directory": str(self.layout.root),
-            "ports": {"slurmctld": self.config.slurmctld_port, "slurmdbd": self.config.slurmdbd_port},
-            "daemons": daemons, "nodes": nodes,
-        }
+        return ClusterInfo(
+            name=self.name, provider=PROVIDER, status=status, created=self.record.created, nodes=tuple(nodes),
+            details={"slurm_conf": str(self.layout.slurm_conf), "directory": str(self.layout.root),
+                     "ports": {"slurmctld": self.config.slurmctld_port, "slurmdbd": self.config.slurmdbd_port},
+                     "daemons": daemons},
+            where=f"with {self.config.nodes} nodes; use Slurm directly: export SLURM_CONF={self.layout.slurm_conf}")
+
+    def resize(self, queue: str, max_count: int, min_count: int | None = None, compute_resource: str | None = None,
+               progress: Progress = quiet) -> dict[str, Any]:
+        raise ClusterkitError(f"cluster {self.name!r} is a local cluster, whose size is fixed",
+                              fix="delete it and create it again with the size you need (--nodes N)")
 
     # ----- faults -------------------------------------------------------------------------------
     def _check_node(self, node: str) -> None:
@@ -381,12 +430,17 @@ class LocalCluster:
         """Remove an injected fault and return a drained node to service."""
         self._check_node(node)
         (self.layout.faults / node).unlink(missing_ok=True)
-        info = {n.name: n for n in self.slurm.nodes()}.get(node)
+        info = {n.name: n for n in self._slurm.nodes()}.get(node)
         if info is not None and info.base_state in ("drain", "drng", "down"):
-            self.slurm.update_node(node, "RESUME")
+            self._slurm.update_node(node, "RESUME")
 
     # ----- delete -------------------------------------------------------------------------------
-    def delete(self) -> None:
+    def deletion(self) -> DeletionPlan:
+        return DeletionPlan(name=self.name, deletes=(
+            f"the daemons it started (munged, MariaDB, slurmdbd, slurmctld, {self.config.nodes} slurmd) and every "
+            "process in its nodes", f"{self.layout.root} (configuration, state, logs, its accounting database)"))
+
+    def delete(self, progress: Progress = quiet) -> None:
         self._teardown()
         registry.remove(self.name)
         shutil.rmtree(self.layout.root, ignore_errors=True)

@@ -1,5 +1,7 @@
 """Follow a CloudFormation stack until an operation ends, showing progress; explain how it failed.
 
+(A CloudFormation stack: AWS's kind. The software stack on the nodes is `clusterkit.stack`.)
+
 ParallelCluster creates, updates and deletes a cluster through one CloudFormation stack named after
 the cluster. `follow_stack` polls it (describe_stacks, list_stack_resources, describe_stack_events),
 reports "resources done / total, elapsed", and on failure raises StackFailed naming the first
@@ -15,8 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clusterkit.errors import ClusterkitError
-
-Progress = Callable[[str], None]
+from clusterkit.providers.base import Progress, quiet
 
 # Reasons AWS gives, and what to do about them (first match wins).
 FAILURE_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(pattern, re.IGNORECASE), hint) for pattern, hint in (
@@ -104,7 +105,7 @@ class StackResult:
     seconds: float
 
 
-def follow_stack(cloudformation: Any, stack: str, operation: str = "CREATE", progress: Progress = lambda _: None,
+def follow_stack(cloudformation: Any, stack: str, operation: str = "CREATE", progress: Progress = quiet,
                  poll_seconds: float = 15.0, timeout_seconds: float = 3 * 3600,
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> StackResult:

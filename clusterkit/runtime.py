@@ -1,0 +1,75 @@
+"""The contract between a rendered job and the clusterkit code that runs inside it.
+
+The renderer (jobs), the submitter, the supervisor, the health check, heartbeats and the checkpoint
+helpers all read their names from here: environment variables, where a run keeps its state, the
+supervisor's decisions and arguments. Nothing here imports anything of clusterkit's.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+# ----- environment variables a job's processes see ---------------------------------------------
+RUN_ID_ENV = "CLUSTERKIT_RUN_ID"  # the run's logger id, kept across requeues
+CHECKPOINT_DIR_ENV = "CLUSTERKIT_CHECKPOINT_DIR"  # the run's checkpoint root (spec: checkpoint_dir)
+MAX_RESTARTS_ENV = "CLUSTERKIT_MAX_RESTARTS"  # the supervisor's restart budget (spec: max_restarts)
+INSTANCE_TYPE_ENV = "CLUSTERKIT_INSTANCE_TYPE"  # the nodes' EC2 type: what health checks expect
+HEARTBEAT_DIR_ENV = "CLUSTERKIT_HEARTBEAT_DIR"  # set by the supervisor for one try of the step
+ATTEMPT_ID_ENV = "CLUSTERKIT_ATTEMPT_ID"  # set by the supervisor: job.restart.try
+FAULTS_DIR_ENV = "CLUSTERKIT_FAULTS_DIR"  # local clusters: injected health-check faults
+CLUSTER_ENV = "CLUSTERKIT_CLUSTER"  # the cluster job verbs use by default
+
+# ----- where a supervised run keeps its state ------------------------------------------------
+STATE_DIR_NAME = ".clusterkit"
+SUPERVISOR_STATE_FILE = "supervisor.json"
+DECISIONS_FILE = "decisions.jsonl"
+HEARTBEATS_DIR_NAME = "heartbeats"
+
+
+def run_state_dir(checkpoint_dir: str | Path, base: str | Path | None = None) -> Path:
+    """The supervisor's state directory of a run: beside its checkpoints, so it survives requeues and
+    resubmission. Relative checkpoint dirs are relative to the job's working directory (`base`)."""
+    path = Path(checkpoint_dir) / STATE_DIR_NAME
+    return Path(base) / path if base is not None else path
+
+
+# ----- the supervisor's decisions (the `decision` field of decisions.jsonl) ---------------------
+COMPLETED = "completed"
+NODE_FAILURE = "node_failure"
+HANG = "hang"
+APPLICATION_ERROR = "application_error"
+PREEMPTED = "preempted"
+BUDGET_EXHAUSTED = "budget_exhausted"
+TERMINATED = "terminated"
+
+# ----- how a batch script starts the supervisor ---------------------------------------------------
+SUPERVISOR_MODULE = "clusterkit.resilience.supervisor"
+DEFAULT_MAX_RESTARTS = 3
+
+
+def supervisor_command(python: str, *, hang_timeout: int, app_retries: int,
+                       state_dir: str | Path | None) -> list[str]:
+    """The words before the step's own command: `PYTHON -m clusterkit.resilience.supervisor ... --`."""
+    state = [f"--state-dir={state_dir}"] if state_dir is not None else []
+    return [python, "-m", SUPERVISOR_MODULE, f"--hang-timeout={hang_timeout}", f"--app-retries={app_retries}",
+            *state, "--"]
+
+
+def supervisor_parser() -> argparse.ArgumentParser:
+    """The parser of the arguments `supervisor_command` writes (and a few for running it by hand)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {SUPERVISOR_MODULE}",
+                                     description="Run a Slurm step and recover from node failures and hangs.")
+    parser.add_argument("--max-restarts", type=int, default=None,
+                        help=f"restart budget (default: ${MAX_RESTARTS_ENV}, else {DEFAULT_MAX_RESTARTS})")
+    parser.add_argument("--app-retries", type=int, default=1, help="retries of a step failing on healthy nodes")
+    parser.add_argument("--hang-timeout", type=float, default=0.0,
+                        help="seconds without heartbeat progress that count as a hang (0: off)")
+    parser.add_argument("--health-timeout", type=float, default=60.0, help="seconds for one node's health check")
+    parser.add_argument("--no-precheck", dest="precheck", action="store_false",
+                        help="skip the health check of every node before the step")
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help=f"where the run's budget and decisions live (default: $"
+                             f"{CHECKPOINT_DIR_ENV}/{STATE_DIR_NAME})")
+    parser.add_argument("step", nargs=argparse.REMAINDER, help="-- then the step's command (srun ...)")
+    return parser
