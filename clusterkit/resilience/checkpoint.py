@@ -9,32 +9,33 @@ Layout under `root`:
 
 A save writes every rank's files into one pending directory inside `root` (rename is atomic only
 within one file system), fsyncs them, then one rank writes `manifest.json` (sizes and digests of
-every file) last, renames the directory to `step-NNNNNNNN` and fsyncs `root`. That rename is the
-commit point. `latest()` therefore trusts a scan of the `step-*` directories, newest first, and
-returns the first one whose manifest verifies: the `latest` pointer can be missing or stale (a crash
-between the rename and the pointer update) or point at damaged files, and then the scan is what
-finds the right checkpoint anyway.
+every file, and the algorithm that made the digests) last, renames the directory to
+`step-NNNNNNNN` and fsyncs `root`. That rename is the commit point. `latest()` therefore trusts a
+scan of the `step-*` directories, newest first: the `latest` pointer can be missing or stale (a
+crash between the rename and the pointer update), and then the scan finds the right checkpoint
+anyway. Old checkpoints are deleted after the commit, on a background thread.
 
-Digests are SHA-256 over a hash list: one SHA-256 per 16 MiB piece of a file, then a SHA-256 of the
-concatenated piece digests. Pieces hash on several cores while the bytes are written (a single
-SHA-256 stream runs at about the speed of a fast disk and would cap the save); `sha256sum` does not
-produce this value, `verify` does.
+Checksums are computed while the bytes are written and checked while they are read back
+(`checksums.py` says which algorithm catches what): `latest()` picks the newest checkpoint whose
+manifest and file sizes check out, and `resume()` / `load()` read its files once, verifying every
+piece on the way into torch; a checkpoint whose bytes fail is skipped for the next older one.
 """
+
 
 from __future__ import annotations
 
 import copy
 import errno
-import hashlib
 import json
 import logging
 import os
 import re
 import secrets
 import shutil
+import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -42,6 +43,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from clusterkit.errors import ClusterkitError, NotFound
+from clusterkit.resilience.checkpoint_files import ChecksummedFile, VerifyingFile, lower_priority, shared_executor
+from clusterkit.resilience.checksums import (
+    ALGORITHMS,
+    Checksum,
+    ChecksumAlgorithm,
+    algorithm_for,
+    digest_file,
+    hash_threads,
+)
 from clusterkit.resilience.run_identity import attempt_id
 
 log = logging.getLogger(__name__)
@@ -50,20 +60,14 @@ FORMAT = "clusterkit-checkpoint"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 LATEST_POINTER = "latest"
-DIGEST_ALGORITHM = "sha256-list-16MiB"
-HASH_PIECE_BYTES = 16 << 20
-WRITE_WINDOW_BYTES = 64 << 20  # large enough for sequential disk writes, small enough to overlap hashing
-SMALL_WRITE_BYTES = 1 << 20  # torch.save emits many tiny header records; batch them
-HASH_THREADS = max(2, min(8, os.cpu_count() or 2))
 
 Verify = Literal["full", "size"]
 """How hard `latest()` checks a candidate.
 
-"full" re-reads every byte and compares digests: catches torn writes, bit rot and tampering, and
-costs one read of the checkpoint (roughly 1 s per GB per core here). "size" compares only the
-manifest's file sizes with the files on disk: instant, catches missing and truncated files (what a
-crash of an unsynced writer leaves), but not flipped bytes. Saves fsync before they commit, so on
-healthy storage "size" is usually enough for multi-hundred-GB checkpoints.
+"size" (the default) reads the manifest and compares its file sizes with the files on disk:
+instant; catches missing, truncated and foreign files (what a crash of an unsynced writer leaves).
+Flipped bytes are caught when `resume()`/`load()` read the files, which verify every piece on the
+way. "full" re-reads every byte and compares digests now: one extra read of the checkpoint.
 """
 
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
@@ -72,9 +76,13 @@ _DISCARDED = ".discarded-"
 _NOT_CHECKPOINT_FILES = re.compile(r"^(manifest\.json|rank-\d{5,}\.done\.json)$|\.tmp$")
 
 
+class DamagedCheckpoint(ClusterkitError):
+    """A committed checkpoint whose bytes do not match its manifest's checksums."""
+
+
 @dataclass(frozen=True)
 class Checkpoint:
-    """A committed checkpoint that passed verification."""
+    """A committed checkpoint whose manifest checks out (see `Verify` for how far)."""
 
     step: int
     path: Path
@@ -92,9 +100,13 @@ class _Topology:
 class CheckpointManager:
     """Saves, finds and loads checkpoints under `root`, keeping the newest `keep` of them.
 
+    `checksum` picks the algorithm new checkpoints are written with: "xxh3" (the default; catches
+    accidental damage at memory speed) or "sha256" (tamper evidence as well, at about 1.5 GB/s per
+    core). Checkpoints written with either, or by earlier versions, verify and load alike.
+
     Ranks: when a torch.distributed process group is initialised, every rank of it must call
-    `save` (or `save_dcp`, `pending`) for the same step; they exchange their file lists with
-    collectives and rank 0 commits. Without a process group, ranks coordinate through the file
+    `save` (or `save_dcp`, `pending`, `resume`) for the same step; they exchange their file lists
+    with collectives and rank 0 commits. Without a process group, ranks coordinate through the file
     system: each writes a done-marker into the pending directory and rank 0 waits up to
     `commit_timeout_s` for all of them. Pass `world_size=1` when only one process saves (e.g. rank 0
     of a DDP job); explicit `rank`/`world_size` always select the file-system protocol.
@@ -105,6 +117,7 @@ class CheckpointManager:
         root: str | os.PathLike[str],
         keep: int = 3,
         *,
+        checksum: Checksum = "xxh3",
         rank: int | None = None,
         world_size: int | None = None,
         process_group: Any = None,
@@ -114,12 +127,14 @@ class CheckpointManager:
             raise ClusterkitError(f"keep must be at least 1, got {keep}", fix="keep=1 or more")
         self.root = Path(root)
         self.keep = keep
+        self.checksum = algorithm_for(checksum)
         self._rank = rank
         self._world_size = world_size
         self._process_group = process_group
         self._commit_timeout_s = commit_timeout_s
         self._background: ThreadPoolExecutor | None = None
         self._in_flight: Future[Checkpoint | None] | None = None
+        self._retention: Future[None] | None = None
         self._async_group: Any = None
         self._host_buffers: list[Any] = []
         self._last_commit: Checkpoint | None = None
@@ -133,15 +148,16 @@ class CheckpointManager:
         collectives coordinate the save; None on ranks that only contributed a shard.
         """
         self.wait()
-        return self._save_torch(step, state, self._process_group)
+        return self._save_torch(step, state, self._process_group, background=False)
 
     def save_async(self, step: int, state: Any, *, pin_memory: bool = False) -> None:
         """Copy `state` to host memory now and write it in a background thread.
 
         The caller may change its tensors as soon as this returns. At most one save is in flight:
         this first waits for the previous one and re-raises its error, if any. Host buffers are
-        reused between calls when the state keeps its shapes. `pin_memory` allocates page-locked
-        buffers so device-to-host copies run asynchronously (CUDA only).
+        reused between calls when the state keeps its shapes. The writer runs at a lower CPU
+        priority than the caller, with a bounded number of hashing threads. `pin_memory` allocates
+        page-locked buffers so device-to-host copies run asynchronously (CUDA only).
         """
         self.wait()
         group = self._process_group
@@ -153,8 +169,8 @@ class CheckpointManager:
             group = self._async_group
         host_state = self._copy_to_host(state, pin_memory=pin_memory)
         if self._background is None:
-            self._background = ThreadPoolExecutor(1, thread_name_prefix="clusterkit-checkpoint")
-        self._in_flight = self._background.submit(self._save_torch, step, host_state, group)
+            self._background = ThreadPoolExecutor(1, thread_name_prefix="clusterkit-checkpoint", initializer=lower_priority)
+        self._in_flight = self._background.submit(self._save_torch, step, host_state, group, background=True)
 
     def wait(self) -> Checkpoint | None:
         """Block until the in-flight background save is done; re-raise its error."""
@@ -162,20 +178,26 @@ class CheckpointManager:
         return in_flight.result() if in_flight is not None else None
 
     def close(self) -> None:
-        """Finish the in-flight save (re-raising its error) and stop the writer thread."""
+        """Finish the in-flight save (re-raising its error) and old checkpoints' deletion."""
         try:
             self.wait()
         finally:
+            self._wait_for_retention()
             if self._background is not None:
                 self._background.shutdown()
                 self._background = None
 
     def save_dcp(self, step: int, state_dict: dict[str, Any]) -> Checkpoint | None:
-        """Save with `torch.distributed.checkpoint` into a pending directory, then commit."""
+        """Save with `torch.distributed.checkpoint` into a pending directory, then commit.
+
+        Files are checksummed while DCP writes them (a storage writer of ours), not re-read."""
         import torch.distributed.checkpoint as dcp
 
-        with self._pending(step, kind="dcp") as directory:
-            dcp.save(state_dict, checkpoint_id=directory)
+        from clusterkit.resilience.dcp_writer import ChecksummingWriter
+
+        with self._pending(step, kind="dcp") as (directory, files):
+            with _torch_crc32_off():
+                dcp.save(state_dict, storage_writer=ChecksummingWriter(directory, self.checksum, files, _hash_pool()))
         return self._last_commit
 
     @contextmanager
@@ -185,18 +207,47 @@ class CheckpointManager:
         Every rank enters it; files are digested after all ranks have left the block, and the
         commit happens once. An exception in the block aborts the save on all ranks.
         """
-        with self._pending(step, kind="files") as directory:
+        with self._pending(step, kind="files") as (directory, _):
             yield directory
 
     # ----- finding and loading ------------------------------------------------------------------
 
-    def latest(self, verify: Verify = "full") -> Checkpoint | None:
-        """The newest committed checkpoint that verifies, or None. See `Verify` for the modes."""
-        for _, path in self._step_dirs():
-            checkpoint, problem = verify_checkpoint(path, verify)
-            if checkpoint is not None:
-                return checkpoint
-            log.warning("skipping checkpoint %s: %s", path, problem)
+    def latest(self, verify: Verify = "size") -> Checkpoint | None:
+        """The newest committed checkpoint that passes `verify` (see `Verify`), or None."""
+        for checkpoint in self._candidates(verify):
+            return checkpoint
+        return None
+
+    def resume(
+        self, *, map_location: Any = None, rank: int | None = None, weights_only: bool = True
+    ) -> tuple[Checkpoint, Any] | None:
+        """The newest checkpoint whose bytes verify as they load, with this rank's state from it.
+
+        Each candidate (newest first, picked by the cheap check) is read once, every piece checked
+        on its way into `torch.load`; one that fails is skipped, with a warning, for the next older
+        one. With a process group, the ranks agree: a checkpoint is taken only if every rank's shard
+        verified. None when no checkpoint verifies.
+        """
+        topology = self._topology(self._process_group)
+        rank = topology.rank if rank is None else rank
+        for checkpoint in self._candidates("size"):
+            state, problem = None, None
+            try:
+                if not topology.use_collectives and topology.world_size > 1:
+                    # No way to hear from the other ranks: check their shards too, so that every
+                    # rank reaches the same verdict.
+                    _verify_files(checkpoint, [n for n in checkpoint.manifest["files"] if n != _shard_name(rank)])
+                state = self._load_verified(checkpoint, rank, map_location, weights_only)
+            except DamagedCheckpoint as damaged:
+                problem = damaged.message
+            if topology.use_collectives and topology.world_size > 1:
+                verdicts: list[Any] = [None] * topology.world_size
+                _initialized_dist().all_gather_object(verdicts, (checkpoint.step, problem), group=topology.group)
+                problem = next((f"rank {r}: {p or f'saw step {s}'}" for r, (s, p) in enumerate(verdicts)
+                                if p or s != checkpoint.step), None)
+            if problem is None:
+                return checkpoint, state
+            log.warning("skipping checkpoint %s: %s", checkpoint.path, problem)
         return None
 
     def load(
@@ -207,43 +258,45 @@ class CheckpointManager:
         rank: int | None = None,
         weights_only: bool = True,
     ) -> Any:
-        """Return this rank's state from `checkpoint` (default: `latest()`), via `torch.load`."""
-        import torch
+        """This rank's state from `checkpoint`, via `torch.load`, every piece verified as it is read.
 
-        checkpoint = checkpoint or self._require_latest()
-        if checkpoint.manifest.get("kind") != "torch":
-            raise ClusterkitError(
-                f"{checkpoint.path} was written by {checkpoint.manifest.get('kind')!r}, not torch.save",
-                fix="use load_dcp() for checkpoints written with save_dcp()",
-            )
+        Without `checkpoint`: the state `resume()` finds (falling back past damaged checkpoints).
+        With one: exactly that checkpoint; `DamagedCheckpoint` if its bytes do not verify.
+        """
+        if checkpoint is None:
+            resumed = self.resume(map_location=map_location, rank=rank, weights_only=weights_only)
+            if resumed is None:
+                raise self._nothing_to_load()
+            return resumed[1]
         rank = self._topology(self._process_group).rank if rank is None else rank
-        name = _shard_name(rank)
-        if name not in checkpoint.manifest["files"]:
-            raise ClusterkitError(
-                f"{checkpoint.path} has no shard for rank {rank}; it was saved by "
-                f"{checkpoint.manifest.get('world_size')} rank(s)",
-                fix="resume with the world size the checkpoint was saved with, or pass rank=",
-            )
-        return torch.load(checkpoint.path / name, map_location=map_location, weights_only=weights_only)
+        return self._load_verified(checkpoint, rank, map_location, weights_only)
 
     def load_dcp(self, state_dict: dict[str, Any], checkpoint: Checkpoint | None = None) -> Checkpoint:
-        """Load a `save_dcp` checkpoint (default: `latest()`) into `state_dict` in place."""
+        """Load a `save_dcp` checkpoint (default: the newest that verifies) into `state_dict` in place.
+
+        DCP reads its files in its own pattern, so they are verified in full before it reads them.
+        """
         import torch.distributed.checkpoint as dcp
 
-        checkpoint = checkpoint or self._require_latest()
+        if checkpoint is None:
+            checkpoint = self.latest(verify="full")
+            if checkpoint is None:
+                raise self._nothing_to_load()
+        else:
+            _verify_files(checkpoint, list(checkpoint.manifest["files"]))
         dcp.load(state_dict, checkpoint_id=checkpoint.path)
         return checkpoint
 
     # ----- the save protocol --------------------------------------------------------------------
 
-    def _save_torch(self, step: int, state: Any, group: Any) -> Checkpoint | None:
+    def _save_torch(self, step: int, state: Any, group: Any, *, background: bool) -> Checkpoint | None:
         topology = self._topology(group)
         directory = self._open_pending(step, topology)
         files: dict[str, dict[str, Any]] = {}
         error: BaseException | None = None
         name = _shard_name(topology.rank)
         try:
-            size, digest = _write_torch_file(state, directory / name)
+            size, digest = _write_torch_file(state, directory / name, self.checksum, _hash_pool(background=background))
             files[name] = {"size": size, "digest": digest}
         except BaseException as exc:  # peers must still hear about it, or they wait forever
             (directory / name).unlink(missing_ok=True)
@@ -251,28 +304,29 @@ class CheckpointManager:
         return self._finish(step, "torch", topology, directory, files, error)
 
     @contextmanager
-    def _pending(self, step: int, kind: str) -> Iterator[Path]:
+    def _pending(self, step: int, kind: str) -> Iterator[tuple[Path, dict[str, dict[str, Any]]]]:
+        """A pending directory, and a dict for the block to record files it digested itself."""
         self.wait()
         topology = self._topology(self._process_group)
         directory = self._open_pending(step, topology)
+        files: dict[str, dict[str, Any]] = {}
         error: BaseException | None = None
         try:
-            yield directory
+            yield directory, files
         except BaseException as exc:
             error = exc
-        files: dict[str, dict[str, Any]] = {}
         if topology.use_collectives:
             dist = _initialized_dist()
             dist.barrier(group=topology.group)
-            if error is None:
+            if error is None and kind == "files":
                 # Everyone is done writing: split the digesting across ranks.
                 names = sorted(_checkpoint_files(directory))
-                mine = names[topology.rank :: topology.world_size]
-                files = _digest_files(directory, mine)
+                files.update(_digest_files(directory, names[topology.rank :: topology.world_size], self.checksum))
         # Without collectives rank 0 digests whatever no rank claimed, after all markers are in.
         self._last_commit = self._finish(step, kind, topology, directory, files, error)
 
     def _open_pending(self, step: int, topology: _Topology) -> Path:
+        self._wait_for_retention()  # it removes debris of earlier steps: not a directory we write
         token = self._agree_on_token(topology)
         directory = self.root / f".pending-step-{step:08d}-{token}"
         directory.mkdir(parents=True, exist_ok=True)
@@ -375,7 +429,7 @@ class CheckpointManager:
         for rank in range(1, world_size):
             (directory / _marker_name(rank)).unlink(missing_ok=True)
         unclaimed = sorted(set(_checkpoint_files(directory)) - set(files))
-        files.update(_digest_files(directory, unclaimed))
+        files.update(_digest_files(directory, unclaimed, self.checksum))
         for name, entry in files.items():
             size = (directory / name).stat().st_size
             if size != entry["size"]:
@@ -387,7 +441,7 @@ class CheckpointManager:
             "kind": kind,
             "world_size": world_size,
             "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            "digest_algorithm": DIGEST_ALGORITHM,
+            "digest_algorithm": self.checksum.name,
             "files": dict(sorted(files.items())),
         }
         _fsync_dir(directory)  # the files' names must be durable before the manifest vouches for them
@@ -402,24 +456,85 @@ class CheckpointManager:
             _replace_durably(self.root / LATEST_POINTER, f"{final.name}\n".encode())
         except OSError as exc:  # committed already; latest() does not depend on the pointer
             log.warning("could not update %s: %s", self.root / LATEST_POINTER, exc)
-        self._remove_old(step)
+        self._retention = shared_executor("retention", 1, low_priority=True).submit(self._remove_old, step)
         return Checkpoint(step=step, path=final, manifest=manifest)
 
     def _remove_old(self, committed_step: int) -> None:
         """Keep the newest `keep` valid checkpoints plus the one just committed; drop the rest,
-        and the debris of crashed saves of steps up to this one (later ones may be in progress)."""
-        valid_kept = 0
-        for step, path in self._step_dirs():
-            if step == committed_step:
-                valid_kept += 1
-            elif valid_kept < self.keep and verify_checkpoint(path, "size")[0] is not None:
-                valid_kept += 1
+        and the debris of crashed saves of steps up to this one (later ones may be in progress).
+        Runs after the commit on a background thread: deleting is not on the save's path."""
+        try:
+            valid_kept = 0
+            for step, path in self._step_dirs():
+                if step == committed_step:
+                    valid_kept += 1
+                elif valid_kept < self.keep and verify_checkpoint(path, "size")[0] is not None:
+                    valid_kept += 1
+                else:
+                    _discard(path)
+            for entry in self.root.iterdir():
+                pending = _PENDING_DIR.match(entry.name)
+                if (pending and int(pending.group(1)) <= committed_step) or entry.name.startswith(_DISCARDED):
+                    shutil.rmtree(entry, ignore_errors=True)
+        except OSError as exc:  # the checkpoint is committed; the next save tries again
+            log.warning("could not remove old checkpoints under %s: %s", self.root, exc)
+
+    def _wait_for_retention(self) -> None:
+        retention, self._retention = self._retention, None
+        if retention is not None:
+            retention.result()
+
+    # ----- loading ------------------------------------------------------------------------------
+
+    def _candidates(self, verify: Verify) -> Iterator[Checkpoint]:
+        """Committed checkpoints that pass `verify`, newest first."""
+        for _, path in self._step_dirs():
+            checkpoint, problem = verify_checkpoint(path, verify)
+            if checkpoint is not None:
+                yield checkpoint
             else:
-                _discard(path)
-        for entry in self.root.iterdir():
-            pending = _PENDING_DIR.match(entry.name)
-            if (pending and int(pending.group(1)) <= committed_step) or entry.name.startswith(_DISCARDED):
-                shutil.rmtree(entry, ignore_errors=True)
+                log.warning("skipping checkpoint %s: %s", path, problem)
+
+    def _load_verified(self, checkpoint: Checkpoint, rank: int, map_location: Any, weights_only: bool) -> Any:
+        import torch
+
+        if checkpoint.manifest.get("kind") != "torch":
+            raise ClusterkitError(
+                f"{checkpoint.path} was written by {checkpoint.manifest.get('kind')!r}, not torch.save",
+                fix="use load_dcp() for checkpoints written with save_dcp()",
+            )
+        name = _shard_name(rank)
+        entry = checkpoint.manifest["files"].get(name)
+        if entry is None:
+            raise ClusterkitError(
+                f"{checkpoint.path} has no shard for rank {rank}; it was saved by "
+                f"{checkpoint.manifest.get('world_size')} rank(s)",
+                fix="resume with the world size the checkpoint was saved with, or pass rank=",
+            )
+        failure: Exception | None = None
+        try:
+            with VerifyingFile(checkpoint.path / name, _algorithm_of(checkpoint.manifest), _hash_pool()) as source:
+                try:
+                    state = torch.load(source, map_location=map_location, weights_only=weights_only)
+                except Exception as exc:  # damaged bytes may break the zip or the pickle first
+                    failure = exc
+                digest = source.digest()
+        except OSError as exc:
+            raise DamagedCheckpoint(f"{checkpoint.path / name} cannot be read: {exc}") from exc
+        if digest != entry["digest"]:
+            raise DamagedCheckpoint(
+                f"{checkpoint.path / name} does not match its checksum",
+                fix="an older checkpoint is used when one verifies; check the storage that held this one",
+            )
+        if failure is not None:
+            raise failure
+        return state
+
+    def _nothing_to_load(self) -> NotFound:
+        return NotFound(
+            f"no valid checkpoint under {self.root}",
+            fix="check the path, or start from scratch when this is the first run",
+        )
 
     # ----- helpers ------------------------------------------------------------------------------
 
@@ -442,15 +557,6 @@ class CheckpointManager:
             return []
         found = [(int(m.group(1)), e) for e in entries if (m := _STEP_DIR.match(e.name)) and e.is_dir()]
         return sorted(found, reverse=True)
-
-    def _require_latest(self) -> Checkpoint:
-        checkpoint = self.latest()
-        if checkpoint is None:
-            raise NotFound(
-                f"no valid checkpoint under {self.root}",
-                fix="check the path, or start from scratch when this is the first run",
-            )
-        return checkpoint
 
     def _copy_to_host(self, state: Any, *, pin_memory: bool) -> Any:
         """A deep copy of `state` whose tensors live in host memory, reusing earlier buffers."""
@@ -507,8 +613,11 @@ def verify_checkpoint(path: Path, mode: Verify = "full") -> tuple[Checkpoint | N
         return None, f"unreadable manifest: {exc}"
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         return None, "manifest is not a clusterkit checkpoint manifest"
-    if manifest.get("version") != FORMAT_VERSION or manifest.get("digest_algorithm") != DIGEST_ALGORITHM:
+    if manifest.get("version") != FORMAT_VERSION:
         return None, f"unsupported manifest version {manifest.get('version')}"
+    if manifest.get("digest_algorithm") not in ALGORITHMS:
+        return None, (f"unknown digest algorithm {manifest.get('digest_algorithm')!r} "
+                      f"(this clusterkit reads {', '.join(ALGORITHMS)})")
     if match is None or manifest.get("step") != int(match.group(1)):
         return None, f"manifest step {manifest.get('step')} does not match the directory name"
     files = manifest.get("files") or {}
@@ -519,148 +628,87 @@ def verify_checkpoint(path: Path, mode: Verify = "full") -> tuple[Checkpoint | N
             return None, f"{name} is missing"
         if size != entry["size"]:
             return None, f"{name} is {size} bytes, the manifest says {entry['size']}"
+    checkpoint = Checkpoint(step=manifest["step"], path=path, manifest=manifest)
     if mode == "full":
-        digests = _digest_files(path, list(files))
-        for name, entry in files.items():
-            if digests[name]["digest"] != entry["digest"]:
-                return None, f"{name} does not match its checksum"
-    return Checkpoint(step=manifest["step"], path=path, manifest=manifest), ""
+        try:
+            _verify_files(checkpoint, list(files))
+        except DamagedCheckpoint as damaged:
+            return None, damaged.message
+    return checkpoint, ""
+
+
+def _algorithm_of(manifest: dict[str, Any]) -> ChecksumAlgorithm:
+    return ALGORITHMS[manifest["digest_algorithm"]]
+
+
+def _verify_files(checkpoint: Checkpoint, names: list[str]) -> None:
+    """Re-read the named files of `checkpoint` and compare digests; DamagedCheckpoint if one differs."""
+    try:
+        digests = _digest_files(checkpoint.path, names, _algorithm_of(checkpoint.manifest))
+    except OSError as exc:
+        raise DamagedCheckpoint(f"{checkpoint.path} cannot be read: {exc}") from exc
+    for name in names:
+        if digests[name]["digest"] != checkpoint.manifest["files"][name]["digest"]:
+            raise DamagedCheckpoint(f"{name} does not match its checksum")
 
 
 # ----- writing files ----------------------------------------------------------------------------
 
 
-class _PieceDigest:
-    """The hash-list digest of a byte stream, fed in order; pieces can hash concurrently."""
+def _write_torch_file(state: Any, path: Path, algorithm: ChecksumAlgorithm, pool: Executor) -> tuple[int, str]:
+    """torch.save `state` to `path`, checksummed on the way; fsynced. Returns (size, digest)."""
+    import torch
 
-    def __init__(self) -> None:
-        self._finished: list[Any] = []
-        self._current = hashlib.sha256()
-        self._filled = 0
-
-    def update(self, view: memoryview, pool: ThreadPoolExecutor) -> list[Future[None]]:
-        """Start hashing `view`; the caller must wait for the futures before the next update."""
-        futures = []
-        while len(view):
-            take = min(HASH_PIECE_BYTES - self._filled, len(view))
-            futures.append(pool.submit(self._current.update, view[:take]))
-            self._filled += take
-            view = view[take:]
-            if self._filled == HASH_PIECE_BYTES:
-                self._finished.append(self._current)
-                self._current, self._filled = hashlib.sha256(), 0
-        return futures
-
-    def hexdigest(self) -> str:
-        pieces = self._finished + ([self._current] if self._filled or not self._finished else [])
-        return hashlib.sha256(b"".join(piece.digest() for piece in pieces)).hexdigest()
-
-
-class _HashingFile:
-    """A write-only file for `torch.save` that digests the bytes while writing them.
-
-    Large writes go out in 64 MiB windows: each window's pieces hash in worker threads while the
-    calling thread writes it (both release the GIL), and the kernel is asked to start writing the
-    window back at once, so the final fsync finds little left to do.
-    """
-
-    def __init__(self, path: Path, pool: ThreadPoolExecutor) -> None:
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self._pool = pool
-        self._small = bytearray()
-        self._digest = _PieceDigest()
-        self.size = 0
-        self.error: OSError | None = None  # torch.save replaces it with a vaguer error on exit
-
-    def write(self, data: Any) -> int:
-        try:
-            return self._write(memoryview(data).cast("B"))
-        except OSError as exc:
-            self.error = self.error or exc
-            raise
-
-    def _write(self, view: memoryview) -> int:
-        if len(view) < SMALL_WRITE_BYTES:
-            self._small += view
-            if len(self._small) >= SMALL_WRITE_BYTES:
-                self._flush_small()
-        else:
-            self._flush_small()
-            for start in range(0, len(view), WRITE_WINDOW_BYTES):
-                self._write_window(view[start : start + WRITE_WINDOW_BYTES])
-        return len(view)
-
-    def flush(self) -> None:
-        """torch.save calls this; data reaches the disk in `finish`."""
-
-    def finish(self) -> tuple[int, str]:
-        """Write what is buffered, fsync; returns (size, digest)."""
-        self._flush_small()
-        os.fsync(self._fd)
-        return self.size, self._digest.hexdigest()
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-    def _flush_small(self) -> None:
-        if self._small:
-            buffered, self._small = self._small, bytearray()
-            self._write_window(memoryview(buffered))
-
-    def _write_window(self, view: memoryview) -> None:
-        hashing = self._digest.update(view, self._pool)
-        written = 0
-        while written < len(view):
-            written += os.write(self._fd, view[written:])
-        if hasattr(os, "posix_fadvise"):
-            # Starts writeback of this window now (and drops it from the page cache once clean).
-            os.posix_fadvise(self._fd, self.size, len(view), os.POSIX_FADV_DONTNEED)
-        for future in hashing:
-            future.result()
-        self.size += len(view)
-
-
-def _write_torch_file(state: Any, path: Path) -> tuple[int, str]:
-    import torch.serialization
-
-    with ThreadPoolExecutor(HASH_THREADS, thread_name_prefix="clusterkit-digest") as pool:
-        sink = _HashingFile(path, pool)
-        try:
-            # The zip writer's per-record CRC32 runs serially before each write; our digest
-            # already covers every byte, so skip it.
-            crc32_before = torch.serialization.get_crc32_options()
-            torch.serialization.set_crc32_options(False)
+    sink = ChecksummedFile(path, algorithm, pool)
+    try:
+        with _torch_crc32_off():
             try:
                 torch.save(state, sink)
             except Exception:
-                if sink.error is not None:
+                if sink.error is not None:  # torch reports a failed write as its own vague error
                     raise sink.error from None
                 raise
-            finally:
-                torch.serialization.set_crc32_options(crc32_before)
-            return sink.finish()
-        finally:
-            sink.close()
+        return sink.finish()
+    finally:
+        sink.close()
 
 
-def _digest_files(directory: Path, names: list[str]) -> dict[str, dict[str, Any]]:
-    """Size and digest of each named file, reading pieces on several threads."""
+def _hash_pool(*, background: bool = False) -> ThreadPoolExecutor:
+    """Threads that hash large spans: as many as the cores; background saves get half, niced."""
+    if background:
+        return shared_executor("background-hash", max(1, hash_threads() // 2), low_priority=True)
+    return shared_executor("hash", hash_threads())
 
-    def piece_digest(fd: int, offset: int) -> bytes:
-        return hashlib.sha256(os.pread(fd, HASH_PIECE_BYTES, offset)).digest()
 
+_crc32 = {"lock": threading.Lock(), "users": 0, "before": True}
+
+
+@contextmanager
+def _torch_crc32_off() -> Iterator[None]:
+    """torch.save's CRC32 per zip record runs serially before each write; our checksum covers every
+    byte already. It is a process-wide switch: the last of concurrent saves turns it back."""
+    import torch.serialization
+
+    with _crc32["lock"]:
+        if _crc32["users"] == 0:
+            _crc32["before"] = torch.serialization.get_crc32_options()
+            torch.serialization.set_crc32_options(False)
+        _crc32["users"] += 1
+    try:
+        yield
+    finally:
+        with _crc32["lock"]:
+            _crc32["users"] -= 1
+            if _crc32["users"] == 0:
+                torch.serialization.set_crc32_options(_crc32["before"])
+
+
+def _digest_files(directory: Path, names: list[str], algorithm: ChecksumAlgorithm) -> dict[str, dict[str, Any]]:
+    """Size and digest of each named file, its pieces read on several threads."""
     result: dict[str, dict[str, Any]] = {}
-    with ThreadPoolExecutor(HASH_THREADS, thread_name_prefix="clusterkit-verify") as pool:
-        for name in names:
-            fd = os.open(directory / name, os.O_RDONLY)
-            try:
-                size = os.fstat(fd).st_size
-                offsets = range(0, size, HASH_PIECE_BYTES) or [0]
-                pieces = pool.map(lambda offset: piece_digest(fd, offset), offsets)
-                digest = hashlib.sha256(b"".join(pieces)).hexdigest()
-            finally:
-                os.close(fd)
-            result[name] = {"size": size, "digest": digest}
+    for name in names:
+        size, digest = digest_file(directory / name, algorithm, _hash_pool())
+        result[name] = {"size": size, "digest": digest}
     return result
 
 
@@ -755,4 +803,4 @@ def _marker_name(rank: int) -> str:
     return f"rank-{rank:05d}.done.json"
 
 
-__all__ = ["Checkpoint", "CheckpointManager", "Verify", "verify_checkpoint"]
+__all__ = ["Checkpoint", "CheckpointManager", "DamagedCheckpoint", "Verify", "verify_checkpoint"]

@@ -26,14 +26,14 @@ class GatedWriter:
         self.lock = threading.Lock()
         self.real = checkpoint_module._write_torch_file
 
-    def __call__(self, state, path):
+    def __call__(self, state, path, *rest):
         with self.lock:
             self.active += 1
             self.most_active = max(self.most_active, self.active)
         self.started.set()
         try:
             assert self.gate.wait(timeout=30)
-            return self.real(state, path)
+            return self.real(state, path, *rest)
         finally:
             with self.lock:
                 self.active -= 1
@@ -83,7 +83,7 @@ def test_at_most_one_save_in_flight(tmp_path: Path, gated: GatedWriter) -> None:
 
 
 def test_background_error_surfaces_on_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def disk_full(state, path):
+    def disk_full(state, path, *rest):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(checkpoint_module, "_write_torch_file", disk_full)
@@ -98,7 +98,7 @@ def test_background_error_surfaces_on_wait(tmp_path: Path, monkeypatch: pytest.M
 def test_background_error_surfaces_on_next_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
-    def broken_disk(state, path):
+    def broken_disk(state, path, *rest):
         calls.append(path)
         raise OSError(errno.EIO, "Input/output error")
 

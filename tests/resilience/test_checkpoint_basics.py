@@ -11,7 +11,7 @@ import torch
 from tests.resilience.resilience_helpers import assert_state_is, state_for
 
 from clusterkit.errors import ClusterkitError, NotFound
-from clusterkit.resilience import checkpoint as checkpoint_module
+from clusterkit.resilience import checkpoint_files, checksums
 from clusterkit.resilience.checkpoint import CheckpointManager, verify_checkpoint
 
 
@@ -38,6 +38,7 @@ def test_round_trip(tmp_path: Path) -> None:
     manifest = found.manifest
     assert manifest["format"] == "clusterkit-checkpoint" and manifest["version"] == 1
     assert manifest["step"] == 12 and manifest["kind"] == "torch" and manifest["world_size"] == 1
+    assert manifest["digest_algorithm"] == "xxh3-128-list-16MiB"
     entry = manifest["files"]["rank-00000.pt"]
     assert entry["size"] == (found.path / "rank-00000.pt").stat().st_size
     assert json.loads((found.path / "manifest.json").read_text()) == manifest
@@ -60,23 +61,28 @@ def test_load_passes_map_location(tmp_path: Path) -> None:
     assert seen == ["cpu"]
 
 
-def test_digest_spans_pieces_and_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Piece and window boundaries that fall inside records hash the same as a re-read."""
-    monkeypatch.setattr(checkpoint_module, "HASH_PIECE_BYTES", 1 << 20)
-    monkeypatch.setattr(checkpoint_module, "WRITE_WINDOW_BYTES", 3 << 20)
-    manager = CheckpointManager(tmp_path)
-    state = {"a": torch.randn(2_500_001), "b": [torch.randn(1000) for _ in range(40)], "c": torch.randn(10)}
+@pytest.mark.parametrize("checksum", ["xxh3", "sha256"])
+def test_digest_spans_pieces_and_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checksum: str) -> None:
+    """Piece, staging and writeback boundaries that fall inside records hash the same as a re-read,
+    and as the reads torch.load makes."""
+    monkeypatch.setattr(checksums, "PIECE_BYTES", 1 << 20)
+    monkeypatch.setattr(checkpoint_files, "STAGING_BYTES", 100_000)
+    monkeypatch.setattr(checkpoint_files, "WRITEBACK_WINDOW_BYTES", 3 << 20)
+    monkeypatch.setattr(checkpoint_files, "WRITEBACK_WINDOWS_AHEAD", 1)
+    manager = CheckpointManager(tmp_path, checksum=checksum)
+    state = {"a": torch.randn(2_500_001), "b": [torch.randn(1000) for _ in range(400)], "c": torch.randn(10)}
     manager.save(1, state)
     found = manager.latest(verify="full")
     assert found is not None and found.step == 1
-    loaded = manager.load()
-    assert torch.equal(loaded["a"], state["a"]) and torch.equal(loaded["b"][39], state["b"][39])
+    loaded = manager.load(found)
+    assert torch.equal(loaded["a"], state["a"]) and torch.equal(loaded["b"][399], state["b"][399])
 
 
 def test_retention_keeps_newest(tmp_path: Path) -> None:
     manager = CheckpointManager(tmp_path, keep=2)
     for step in range(1, 6):
         manager.save(step, state_for(step, floats=10))
+    manager.close()  # old checkpoints are deleted in the background after each commit
     assert step_dirs(tmp_path) == ["step-00000004", "step-00000005"]
 
 
@@ -86,10 +92,13 @@ def test_retention_never_deletes_newest_valid(tmp_path: Path) -> None:
     manager = CheckpointManager(tmp_path, keep=1)
     manager.save(5, state_for(5))
     manager.save(9, state_for(9))
+    manager.close()
     flip_byte(tmp_path / "step-00000009" / "rank-00000.pt", 100)
-    assert manager.latest() is None  # keep=1 dropped step 5; step 9 is damaged
+    assert manager.resume() is None  # keep=1 dropped step 5; step 9 is damaged
     manager.save(6, state_for(6))
-    assert manager.latest().step == 6
+    manager.close()
+    assert step_dirs(tmp_path) == ["step-00000006", "step-00000009"]
+    assert manager.latest(verify="full").step == 6
     assert_state_is(manager.load(), 6)
 
 
@@ -110,18 +119,20 @@ def test_pointer_missing_stale_or_garbage_does_not_matter(tmp_path: Path) -> Non
     assert manager.latest().step == 2
 
 
-def test_flipped_byte_is_skipped_by_full_verification_only(tmp_path: Path) -> None:
+def test_flipped_byte_is_caught_by_full_verification_and_on_load_not_by_sizes(tmp_path: Path) -> None:
     manager = CheckpointManager(tmp_path, keep=3)
     manager.save(1, state_for(1))
     manager.save(2, state_for(2))
     shard = tmp_path / "step-00000002" / "rank-00000.pt"
     flip_byte(shard, shard.stat().st_size // 2)
 
-    found = manager.latest()
+    # The cheap check only compares sizes: that is its documented blind spot...
+    assert manager.latest().step == 2
+    # ...which loading covers: it verifies every piece and falls back to step 1.
+    found, state = manager.resume()
     assert found.step == 1
-    assert_state_is(manager.load(found), 1)
-    # The cheap mode only compares sizes: that is its documented blind spot.
-    assert manager.latest(verify="size").step == 2
+    assert_state_is(state, 1)
+    assert manager.latest(verify="full").step == 1
     assert verify_checkpoint(shard.parent)[1] == "rank-00000.pt does not match its checksum"
 
 
@@ -138,6 +149,7 @@ def test_truncated_file_is_skipped_even_by_size_check(tmp_path: Path) -> None:
 def test_directory_without_valid_manifest_is_skipped(tmp_path: Path, manifest_text: str | None) -> None:
     manager = CheckpointManager(tmp_path, keep=3)
     manager.save(1, state_for(1))
+    manager.close()  # retention would delete the foreign directory as debris
     foreign = tmp_path / "step-00000099"
     foreign.mkdir()
     (foreign / "rank-00000.pt").write_bytes(b"half a checkpoint")
@@ -149,6 +161,7 @@ def test_directory_without_valid_manifest_is_skipped(tmp_path: Path, manifest_te
 def test_manifest_step_must_match_directory(tmp_path: Path) -> None:
     manager = CheckpointManager(tmp_path, keep=3)
     manager.save(1, state_for(1))
+    manager.close()
     os.rename(tmp_path / "step-00000001", tmp_path / "step-00000007")
     assert manager.latest() is None
 
@@ -161,6 +174,7 @@ def test_debris_of_crashed_saves_is_removed_by_next_commit(tmp_path: Path) -> No
     later = tmp_path / ".pending-step-00000009-cafecafe"  # maybe another rank's save in progress
     later.mkdir()
     manager.save(5, state_for(5, floats=10))
+    manager.close()
     assert not crashed.exists()
     assert later.exists()
     assert manager.latest().step == 5
@@ -170,6 +184,7 @@ def test_saving_a_step_again_replaces_it(tmp_path: Path) -> None:
     manager = CheckpointManager(tmp_path, keep=3)
     manager.save(3, {"v": 1})
     manager.save(3, {"v": 2})
+    manager.close()
     assert manager.load()["v"] == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-00000003"]
 
