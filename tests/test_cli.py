@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,54 @@ def test_help_imports_no_heavy_module():
             f"print([m for m in {HEAVY_MODULES!r} if m in sys.modules])")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def loaded_after(code: str) -> set[str]:
+    """The modules a fresh interpreter has loaded after running `code`."""
+    script = f"import sys, io, contextlib\n{code}\nprint(' '.join(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    return set(result.stdout.split())
+
+
+def test_every_verb_is_mapped_to_the_module_that_registers_it():
+    import argparse
+    import importlib
+
+    from clusterkit.cli import COMMAND_MODULES, common_options
+
+    for module, verbs in COMMAND_MODULES.items():
+        subparsers = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module).register(subparsers, common_options())
+        assert tuple(subparsers.choices) == verbs, module
+
+
+@pytest.mark.parametrize(("argv", "group"), [
+    (["validate", "spec.yaml"], "clusterkit.cli.cluster_config"),
+    (["create-cluster", "--name", "x", "--dry-run"], "clusterkit.cli.clusters"),
+    (["status", "12"], "clusterkit.cli.jobs"),
+])
+def test_a_command_line_with_a_verb_builds_only_that_verb_group(argv, group):
+    loaded = loaded_after(f"from clusterkit.cli import build_parser\nbuild_parser({argv!r}).parse_args({argv!r})")
+    groups = {f"clusterkit.cli.{name}" for name in ("clusters", "cluster_config", "jobs", "stack", "local")}
+    assert loaded & groups == {group}
+
+
+def test_help_and_unknown_verbs_still_see_every_verb():
+    for argv in ([], ["--help"], ["valdate", "x"]):
+        result = run_cli(*argv)
+        assert "create-cluster" in result.stdout + result.stderr and "nccl-test" in result.stdout + result.stderr
+
+
+def test_validate_and_dry_run_load_no_provider_or_heavy_module_they_do_not_need(tmp_path):
+    silent = "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n    "
+    spec = str(Path(__file__).resolve().parents[1] / "cluster-configs" / "p4de.yaml")
+    validate = loaded_after(f"from clusterkit.cli import main\n{silent}main(['validate', {spec!r}])")
+    assert not {m for m in validate if m.startswith("clusterkit.providers")}
+    assert validate & set(HEAVY_MODULES) == {"yaml"}
+    dry_run = loaded_after(f"from clusterkit.cli import main\n{silent}main(['create-cluster', '--preset', 'p4de', "
+                           f"'--name', 'b', '--dry-run', '--output-config', {str(tmp_path / 'c.yaml')!r}])")
+    assert "clusterkit.providers.local" not in dry_run and "clusterkit.jobs" not in dry_run
+    assert dry_run & set(HEAVY_MODULES) == {"yaml"}
 
 
 def test_help_lists_the_verbs():
