@@ -1,7 +1,9 @@
 """One rank of a sharded-save scenario, run as a subprocess by test_checkpoint_sharded.py.
 
 usage: checkpoint_worker.py MODE ROOT RANK WORLD_SIZE RENDEZVOUS_FILE
-MODE: gloo | gloo-crash | files | files-crash. "-crash": rank 1 dies halfway through its shard.
+MODE: gloo | gloo-crash | gloo-damaged | files | files-crash | files-damaged. "-crash": rank 1 dies
+halfway through its shard. "-damaged": after step 7, both ranks save step 9, a byte of rank 1's
+shard of it flips, and both resume.
 Prints one JSON line with what this rank saw; prints COMMIT each time this rank commits.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -41,6 +44,27 @@ def die_halfway_through_the_shard() -> None:
     checkpoint_files.ChecksummedFile._emit = dying
 
 
+def flip_a_byte_of_rank_1s_shard(checkpoint: Path, rank: int, flipped: Path, mode: str) -> None:
+    """Rank 1 flips a byte of its shard once the checkpoint is committed; then both ranks go on."""
+    if mode.startswith("gloo"):
+        dist.barrier()
+    if rank == 1:
+        deadline = time.monotonic() + 60
+        while not (checkpoint / "manifest.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with open(checkpoint / "rank-00001.pt", "r+b") as f:
+            f.seek(2000)
+            byte = f.read(1)
+            f.seek(2000)
+            f.write(bytes([byte[0] ^ 1]))
+        flipped.write_text("flipped")
+    if mode.startswith("gloo"):
+        dist.barrier()
+    else:
+        while not flipped.exists():
+            time.sleep(0.01)
+
+
 def main() -> None:
     mode, root, rank, world_size, rendezvous = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     announce_commits()
@@ -63,6 +87,11 @@ def main() -> None:
     except RuntimeError as exc:  # gloo noticing a dead peer
         report["error"] = f"RuntimeError: {exc}"
 
+    if mode.endswith("-damaged"):
+        manager.save(9, {"rank": rank, "w": torch.full((1000,), 9.0)})
+        flip_a_byte_of_rank_1s_shard(root / "step-00000009", rank, Path(f"{rendezvous}.flipped"), mode)
+        resumed, state = manager.resume()
+        report["resumed"] = [resumed.step, state["rank"], state["w"][0].item()]
     if mode == "gloo":
         state = {"w": torch.arange(10.0) + 1, "b": torch.ones(3)}
         report["dcp_returned"] = manager.save_dcp(8, state).step
@@ -71,6 +100,7 @@ def main() -> None:
         report["dcp_loaded"] = bool(torch.equal(target["w"], state["w"]) and torch.equal(target["b"], state["b"]))
         sharded, _ = verify_checkpoint(root / "step-00000007")
         report["own_shard"] = manager.load(sharded)["rank"]
+    if mode.startswith("gloo"):
         dist.destroy_process_group()
     print(json.dumps(report), flush=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import threading
 from collections import OrderedDict, namedtuple
 from pathlib import Path
@@ -122,3 +123,22 @@ def test_host_copy_keeps_container_types_and_reuses_buffers(tmp_path: Path) -> N
     assert torch.equal(first["pair"].left, torch.ones(2)) and first["pair"].right[1] == 5
     second = manager._copy_to_host(state, pin_memory=False)
     assert second["pair"].left.data_ptr() == first["pair"].left.data_ptr()
+
+
+def test_background_saves_run_below_the_training_loop_priority(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    niceness = []
+    real = checkpoint_module._write_torch_file
+
+    def noting_priority(*args):
+        niceness.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return real(*args)
+
+    monkeypatch.setattr(checkpoint_module, "_write_torch_file", noting_priority)
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, {"w": torch.ones(3)})
+    manager.save_async(2, {"w": torch.ones(3)})
+    manager.close()
+    foreground, background = niceness
+    assert background > foreground == os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert manager.latest().step == 2

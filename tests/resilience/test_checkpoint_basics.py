@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 from tests.resilience.resilience_helpers import assert_state_is, state_for
 
 from clusterkit.errors import ClusterkitError, NotFound
+from clusterkit.resilience import checkpoint as checkpoint_module
 from clusterkit.resilience import checkpoint_files, checksums
 from clusterkit.resilience.checkpoint import CheckpointManager, verify_checkpoint
 
@@ -84,6 +86,28 @@ def test_retention_keeps_newest(tmp_path: Path) -> None:
         manager.save(step, state_for(step, floats=10))
     manager.close()  # old checkpoints are deleted in the background after each commit
     assert step_dirs(tmp_path) == ["step-00000004", "step-00000005"]
+
+
+def test_old_checkpoints_are_deleted_after_the_commit_off_the_save_path(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    manager = CheckpointManager(tmp_path, keep=1)
+    manager.save(1, state_for(1))
+    deleting, release = threading.Event(), threading.Event()
+    discard = checkpoint_module._discard
+
+    def slow_discard(path: Path) -> None:
+        deleting.set()
+        assert release.wait(timeout=30)
+        discard(path)
+
+    monkeypatch.setattr(checkpoint_module, "_discard", slow_discard)
+    committed = manager.save(2, state_for(2))  # returns while step 1's deletion is still waiting
+    assert committed.step == 2 and deleting.wait(timeout=30)
+    assert step_dirs(tmp_path) == ["step-00000001", "step-00000002"]
+    assert manager.latest().step == 2
+    release.set()
+    manager.close()
+    assert step_dirs(tmp_path) == ["step-00000002"]
 
 
 def test_retention_never_deletes_newest_valid(tmp_path: Path) -> None:

@@ -62,3 +62,13 @@ def test_rank_dying_mid_shard_prevents_commit(tmp_path: Path, mode: str) -> None
         assert "rank(s) [1] did not finish" in survivor["error"]
     assert CheckpointManager(tmp_path / "checkpoints").latest() is None
     assert not list((tmp_path / "checkpoints").glob("step-*"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["gloo-damaged", "files-damaged"])
+def test_ranks_agree_to_skip_a_checkpoint_whose_shard_on_one_rank_is_damaged(tmp_path: Path, mode: str) -> None:
+    """Rank 1's shard of step 9 is damaged, rank 0's is intact: both ranks resume from step 7,
+    each with its own shard (with collectives they compare verdicts; without, every rank also
+    checks the other ranks' shards)."""
+    *reports, _ = run_two_ranks(mode, tmp_path)
+    assert [r["resumed"] for r in reports] == [[7, 0, 0.0], [7, 1, 1.0]]
