@@ -3,13 +3,14 @@
 Import-light: torch is imported inside the functions that need it.
 """
 
-from clusterkit.resilience.checkpoint import Checkpoint, CheckpointManager, verify_checkpoint
+from clusterkit.resilience.checkpoint import Checkpoint, CheckpointManager, DamagedCheckpoint, verify_checkpoint
 from clusterkit.resilience.heartbeat import heartbeat, read_heartbeats
 from clusterkit.resilience.run_identity import RunIdentity, run_identity
 
 __all__ = [
     "Checkpoint",
     "CheckpointManager",
+    "DamagedCheckpoint",
     "RunIdentity",
     "heartbeat",
     "read_heartbeats",

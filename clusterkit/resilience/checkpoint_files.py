@@ -13,7 +13,7 @@ tensors' memory, so loading and verifying read the file once.
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import io
 import os
 import threading
@@ -35,8 +35,11 @@ BACKGROUND_NICENESS = 10  # added to background threads' nice value: training th
 _SYNC_FILE_RANGE_WAIT_BEFORE, _SYNC_FILE_RANGE_WRITE, _SYNC_FILE_RANGE_WAIT_AFTER = 1, 2, 4
 
 
+@functools.cache
 def _sync_file_range() -> Any:
     """libc's sync_file_range (Linux), or None: it only speeds things up; fsync is what commits."""
+    import ctypes
+
     try:
         function = ctypes.CDLL(None, use_errno=True).sync_file_range
     except (OSError, AttributeError):
@@ -44,9 +47,6 @@ def _sync_file_range() -> Any:
     function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
     function.restype = ctypes.c_int
     return function
-
-
-_SYNC_FILE_RANGE = _sync_file_range()
 
 
 class _Writeback:
@@ -60,7 +60,7 @@ class _Writeback:
         self._fd = fd
         self._started = 0
         self._windows: deque[tuple[int, int]] = deque()  # used on the flusher thread only
-        self._enabled = _SYNC_FILE_RANGE is not None
+        self._enabled = _sync_file_range() is not None
         self._last: Future[None] | None = None
 
     def written(self, end: int) -> None:
@@ -77,14 +77,15 @@ class _Writeback:
             last.result()
 
     def _flush(self, window: tuple[int, int]) -> None:
-        if not self._enabled or _SYNC_FILE_RANGE(self._fd, *window, _SYNC_FILE_RANGE_WRITE) != 0:
+        sync_file_range = _sync_file_range()
+        if not self._enabled or sync_file_range(self._fd, *window, _SYNC_FILE_RANGE_WRITE) != 0:
             self._enabled = False  # a file system without it: fsync does all the work
             return
         self._windows.append(window)
         if len(self._windows) > WRITEBACK_WINDOWS_AHEAD:
             oldest = self._windows.popleft()
             flags = _SYNC_FILE_RANGE_WAIT_BEFORE | _SYNC_FILE_RANGE_WRITE | _SYNC_FILE_RANGE_WAIT_AFTER
-            if _SYNC_FILE_RANGE(self._fd, *oldest, flags) == 0:
+            if sync_file_range(self._fd, *oldest, flags) == 0:
                 # On the disk: drop it from the page cache rather than push out pages training uses.
                 os.posix_fadvise(self._fd, *oldest, os.POSIX_FADV_DONTNEED)
 

@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from tests.resilience.resilience_helpers import flip_byte
+
 from clusterkit.errors import ClusterkitError
 from clusterkit.resilience import checkpoint_files
 from clusterkit.resilience.checkpoint import CheckpointManager, verify_checkpoint
@@ -52,11 +54,7 @@ def flip_a_byte_of_rank_1s_shard(checkpoint: Path, rank: int, flipped: Path, mod
         deadline = time.monotonic() + 60
         while not (checkpoint / "manifest.json").exists() and time.monotonic() < deadline:
             time.sleep(0.01)
-        with open(checkpoint / "rank-00001.pt", "r+b") as f:
-            f.seek(2000)
-            byte = f.read(1)
-            f.seek(2000)
-            f.write(bytes([byte[0] ^ 1]))
+        flip_byte(checkpoint / "rank-00001.pt", 2000)
         flipped.write_text("flipped")
     if mode.startswith("gloo"):
         dist.barrier()

@@ -38,6 +38,15 @@ def assert_state_is(state, step: int) -> None:
     assert state["optimizer"]["state"][0]["exp_avg"][0].item() == step / 2
 
 
+def flip_byte(path: Path, offset: int) -> None:
+    """Damage one byte of a file in place, as bit rot would."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        original = f.read(1)
+        f.seek(offset)
+        f.write(bytes([original[0] ^ 0xFF]))
+
+
 def run_workers(*argument_lists: list[str], timeout_s: float = 60) -> list[subprocess.CompletedProcess[str]]:
     """Run checkpoint_worker.py once per argument list, concurrently; return their results."""
     env = {**os.environ, "PYTHONPATH": str(WORKTREE), "OMP_NUM_THREADS": "1"}

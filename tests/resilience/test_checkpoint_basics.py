@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.resilience.resilience_helpers import assert_state_is, state_for
+from tests.resilience.resilience_helpers import assert_state_is, flip_byte, state_for
 
 from clusterkit.errors import ClusterkitError, NotFound
 from clusterkit.resilience import checkpoint as checkpoint_module
@@ -19,14 +19,6 @@ from clusterkit.resilience.checkpoint import CheckpointManager, verify_checkpoin
 
 def step_dirs(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.name.startswith("step-"))
-
-
-def flip_byte(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        original = f.read(1)
-        f.seek(offset)
-        f.write(bytes([original[0] ^ 0xFF]))
 
 
 def test_round_trip(tmp_path: Path) -> None:

@@ -11,21 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.resilience.resilience_helpers import assert_state_is, state_for
+from tests.resilience.resilience_helpers import assert_state_is, flip_byte, state_for
 
 from clusterkit.errors import ClusterkitError
 from clusterkit.resilience.checkpoint import CheckpointManager, DamagedCheckpoint, verify_checkpoint
 from clusterkit.resilience.checksums import ChecksumAlgorithm
 
 BEFORE_XXH3 = Path(__file__).with_name("data") / "sha256-list-16MiB"  # written by clusterkit before xxh3
-
-
-def flip_byte(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        original = f.read(1)
-        f.seek(offset)
-        f.write(bytes([original[0] ^ 0x01]))
 
 
 def old_format_run(tmp_path: Path) -> Path:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.resilience.resilience_helpers import flip_byte
 from torch.distributed.checkpoint import FileSystemReader
 
 from clusterkit.resilience import checkpoint as checkpoint_module
@@ -103,11 +104,7 @@ def test_a_flipped_byte_in_a_dcp_checkpoint_is_caught_before_dcp_reads_it(tmp_pa
     manager.save_dcp(1, {"w": torch.ones(1000)})
     manager.save_dcp(2, {"w": torch.full((1000,), 2.0)})
     data = tmp_path / "step-00000002" / "__0_0.distcp"
-    with open(data, "r+b") as f:
-        f.seek(data.stat().st_size // 2)
-        byte = f.read(1)
-        f.seek(-1, io.SEEK_CUR)
-        f.write(bytes([byte[0] ^ 1]))
+    flip_byte(data, data.stat().st_size // 2)
     target = {"w": torch.zeros(1000)}
     assert manager.load_dcp(target).step == 1
     assert torch.equal(target["w"], torch.ones(1000))
