@@ -230,8 +230,9 @@ class CheckpointManager:
         """
         topology = self._topology(self._process_group)
         rank = topology.rank if rank is None else rank
+        agree = topology.use_collectives and topology.world_size > 1
         for checkpoint in self._candidates("size"):
-            state, problem = None, None
+            state, problem, fatal = None, None, None
             try:
                 if not topology.use_collectives and topology.world_size > 1:
                     # No way to hear from the other ranks: check their shards too, so that every
@@ -240,10 +241,18 @@ class CheckpointManager:
                 state = self._load_verified(checkpoint, rank, map_location, weights_only)
             except DamagedCheckpoint as damaged:
                 problem = damaged.message
-            if topology.use_collectives and topology.world_size > 1:
+            except ClusterkitError as error:  # not damage (e.g. no shard for this rank): stop, on every rank
+                if not agree:
+                    raise
+                fatal = error
+            if agree:
                 verdicts: list[Any] = [None] * topology.world_size
-                _initialized_dist().all_gather_object(verdicts, (checkpoint.step, problem), group=topology.group)
-                problem = next((f"rank {r}: {p or f'saw step {s}'}" for r, (s, p) in enumerate(verdicts)
+                verdict = (checkpoint.step, problem, str(fatal) if fatal else None)
+                _initialized_dist().all_gather_object(verdicts, verdict, group=topology.group)
+                stop = next((f"rank {r}: {f}" for r, (_, _, f) in enumerate(verdicts) if f), None)
+                if stop:
+                    raise ClusterkitError(f"cannot resume from {checkpoint.path}: {stop}")
+                problem = next((f"rank {r}: {p or f'saw step {s}'}" for r, (s, p, _) in enumerate(verdicts)
                                 if p or s != checkpoint.step), None)
             if problem is None:
                 return checkpoint, state

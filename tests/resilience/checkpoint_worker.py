@@ -1,9 +1,10 @@
 """One rank of a sharded-save scenario, run as a subprocess by test_checkpoint_sharded.py.
 
 usage: checkpoint_worker.py MODE ROOT RANK WORLD_SIZE RENDEZVOUS_FILE
-MODE: gloo | gloo-crash | gloo-damaged | files | files-crash | files-damaged. "-crash": rank 1 dies
-halfway through its shard. "-damaged": after step 7, both ranks save step 9, a byte of rank 1's
-shard of it flips, and both resume.
+MODE: gloo | gloo-crash | gloo-damaged | gloo-one-shard | files | files-crash | files-damaged.
+"-crash": rank 1 dies halfway through its shard. "-damaged": after step 7, both ranks save step 9,
+a byte of rank 1's shard of it flips, and both resume. "gloo-one-shard": rank 0 alone saves step 5
+(world_size=1), then both ranks resume with collectives.
 Prints one JSON line with what this rank saw; prints COMMIT each time this rank commits.
 """
 
@@ -75,8 +76,20 @@ def main() -> None:
         timeout_s = 3 if mode.endswith("-crash") else 60
         manager = CheckpointManager(root, rank=rank, world_size=world_size, commit_timeout_s=timeout_s)
 
-    shard = {"rank": rank, "w": torch.full((3_000_000,), float(rank))}  # 12 MB: several writes
     report: dict[str, object] = {"rank": rank}
+    if mode == "gloo-one-shard":
+        if rank == 0:
+            CheckpointManager(root, world_size=1).save(5, {"rank": 0})
+        dist.barrier()
+        try:
+            report["resumed"] = manager.resume()[0].step
+        except ClusterkitError as exc:
+            report["error"] = str(exc)
+        dist.destroy_process_group()
+        print(json.dumps(report), flush=True)
+        return
+
+    shard = {"rank": rank, "w": torch.full((3_000_000,), float(rank))}  # 12 MB: several writes
     try:
         committed = manager.save(7, shard)
         report["returned"] = committed.step if committed else None

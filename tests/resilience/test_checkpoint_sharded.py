@@ -72,3 +72,12 @@ def test_ranks_agree_to_skip_a_checkpoint_whose_shard_on_one_rank_is_damaged(tmp
     checks the other ranks' shards)."""
     *reports, _ = run_two_ranks(mode, tmp_path)
     assert [r["resumed"] for r in reports] == [[7, 0, 0.0], [7, 1, 1.0]]
+
+
+@pytest.mark.slow
+def test_a_checkpoint_without_a_shard_for_some_rank_stops_every_rank(tmp_path: Path) -> None:
+    """Saved by one rank, resumed by two: no rank may start from it alone, and none waits forever."""
+    *reports, _ = run_two_ranks("gloo-one-shard", tmp_path)
+    for report in reports:
+        assert "cannot resume from" in report["error"] and "rank 1:" in report["error"]
+        assert "has no shard for rank 1" in report["error"]
