@@ -161,7 +161,11 @@ class Table:
         values = self.wall if of == "wall" else self.cpu
         ratios = [(d / n if speed else n / d) for n, d in zip(values[numerator], values[denominator])]
         median = statistics.median(ratios)
-        print(f"  {label:58s} {median:5.2f}  {target:8s} [{' '.join(f'{r:.2f}' for r in ratios)}]")
+        verdict = ""
+        if target:
+            bound = float(target.split()[1])
+            verdict = "met" if (median >= bound if target.startswith(">=") else median <= bound) else "NOT met"
+        print(f"  {label:50s} {median:5.2f}  {target:7s} {verdict:7s} [{' '.join(f'{r:.2f}' for r in ratios)}]")
         return median
 
 
