@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
@@ -12,6 +11,8 @@ if TYPE_CHECKING:
 
 
 def print_json(data: Any) -> None:
+    import json  # only --output json needs it: not imported at start-up
+
     json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
     sys.stdout.write("\n")
 
