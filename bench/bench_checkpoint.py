@@ -326,8 +326,12 @@ def bench_async(work: Path, rounds: int, old: Any, batch: int, steps: int = 20, 
             shutil.rmtree(work / "async", ignore_errors=True)
     table.print_seconds()
     table.ratio("loop with save_async / without (time)", "save_async every 5", "no saves", "<= 1.15")
+    table.ratio("the same, CPU seconds (less sensitive to other load)", "save_async every 5", "no saves", "",
+                of="cpu")
     if old is not None:
         table.ratio("before issue 15 / without (time)", "save_async before issue 15", "no saves", "")
+        table.ratio("before issue 15 / without (CPU seconds)", "save_async before issue 15", "no saves", "",
+                    of="cpu")
 
 
 def main() -> None:
