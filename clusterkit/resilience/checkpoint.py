@@ -97,6 +97,17 @@ class _Topology:
     group: Any = None  # torch.distributed process group, None for the default one
 
 
+@dataclass(frozen=True)
+class _TorchWrite:
+    """A shard in the page cache, waiting to be made durable and committed (or its error)."""
+
+    topology: _Topology
+    directory: Path
+    path: Path
+    sink: ChecksummedFile | None
+    error: BaseException | None
+
+
 class CheckpointManager:
     """Saves, finds and loads checkpoints under `root`, keeping the newest `keep` of them.
 
@@ -151,13 +162,18 @@ class CheckpointManager:
         return self._save_torch(step, state, self._process_group, background=False)
 
     def save_async(self, step: int, state: Any, *, pin_memory: bool = False) -> None:
-        """Copy `state` to host memory now and write it in a background thread.
+        """Take `state` now; make it a durable checkpoint in a background thread.
 
         The caller may change its tensors as soon as this returns. At most one save is in flight:
-        this first waits for the previous one and re-raises its error, if any. Host buffers are
-        reused between calls when the state keeps its shapes. The writer runs at a lower CPU
-        priority than the caller, with a bounded number of hashing threads. `pin_memory` allocates
-        page-locked buffers so device-to-host copies run asynchronously (CUDA only).
+        this first waits for the previous one and re-raises its error, if any.
+
+        State on an accelerator is copied to host buffers (reused between calls while the state
+        keeps its shapes; `pin_memory` makes them page-locked so device-to-host copies run
+        asynchronously, CUDA only) and written in the background. State already in host memory
+        means training on the CPU, where a background copy would compete with the loop for memory
+        bandwidth: its bytes go into the page cache during the call (one copy, checksummed on the
+        way), and only the fsync, the commit and the retention follow in the background. The
+        background thread runs at a lower CPU priority than the caller.
         """
         self.wait()
         group = self._process_group
@@ -167,10 +183,17 @@ class CheckpointManager:
             if self._async_group is None:
                 self._async_group = _initialized_dist().new_group(backend="gloo")
             group = self._async_group
-        host_state = self._copy_to_host(state, pin_memory=pin_memory)
         if self._background is None:
             self._background = ThreadPoolExecutor(1, thread_name_prefix="clusterkit-checkpoint", initializer=lower_priority)
-        self._in_flight = self._background.submit(self._save_torch, step, host_state, group, background=True)
+        if _in_host_memory(state):
+            started = self._start_torch_write(step, state, group, _hash_pool())
+            if started.error is not None:
+                self._complete_torch_write(step, started)  # tells the peers, then raises the error here
+            else:
+                self._in_flight = self._background.submit(self._complete_torch_write, step, started)
+        else:
+            host_state = self._copy_to_host(state, pin_memory=pin_memory)
+            self._in_flight = self._background.submit(self._save_torch, step, host_state, group, background=True)
 
     def wait(self) -> Checkpoint | None:
         """Block until the in-flight background save is done; re-raise its error."""
@@ -299,18 +322,33 @@ class CheckpointManager:
     # ----- the save protocol --------------------------------------------------------------------
 
     def _save_torch(self, step: int, state: Any, group: Any, *, background: bool) -> Checkpoint | None:
+        return self._complete_torch_write(step, self._start_torch_write(step, state, group, _hash_pool(background=background)))
+
+    def _start_torch_write(self, step: int, state: Any, group: Any, pool: Executor) -> _TorchWrite:
+        """This rank's shard written into the page cache (not yet durable), or the error."""
         topology = self._topology(group)
         directory = self._open_pending(step, topology)
-        files: dict[str, dict[str, Any]] = {}
-        error: BaseException | None = None
-        name = _shard_name(topology.rank)
+        path = directory / _shard_name(topology.rank)
         try:
-            size, digest = _write_torch_file(state, directory / name, self.checksum, _hash_pool(background=background))
-            files[name] = {"size": size, "digest": digest}
+            return _TorchWrite(topology, directory, path, _start_torch_file(state, path, self.checksum, pool), None)
         except BaseException as exc:  # peers must still hear about it, or they wait forever
-            (directory / name).unlink(missing_ok=True)
-            error = exc
-        return self._finish(step, "torch", topology, directory, files, error)
+            path.unlink(missing_ok=True)
+            return _TorchWrite(topology, directory, path, None, exc)
+
+    def _complete_torch_write(self, step: int, started: _TorchWrite) -> Checkpoint | None:
+        """fsync the shard, then the commit protocol (which raises the write's error, if any)."""
+        files: dict[str, dict[str, Any]] = {}
+        error = started.error
+        if started.sink is not None:
+            try:
+                size, digest = started.sink.finish()
+                files[started.path.name] = {"size": size, "digest": digest}
+            except BaseException as exc:
+                started.path.unlink(missing_ok=True)
+                error = exc
+            finally:
+                started.sink.close()
+        return self._finish(step, "torch", started.topology, started.directory, files, error)
 
     @contextmanager
     def _pending(self, step: int, kind: str) -> Iterator[tuple[Path, dict[str, dict[str, Any]]]]:
@@ -664,8 +702,9 @@ def _verify_files(checkpoint: Checkpoint, names: list[str]) -> None:
 # ----- writing files ----------------------------------------------------------------------------
 
 
-def _write_torch_file(state: Any, path: Path, algorithm: ChecksumAlgorithm, pool: Executor) -> tuple[int, str]:
-    """torch.save `state` to `path`, checksummed on the way; fsynced. Returns (size, digest)."""
+def _start_torch_file(state: Any, path: Path, algorithm: ChecksumAlgorithm, pool: Executor) -> ChecksummedFile:
+    """torch.save `state` into `path`, checksummed on the way. The caller's memory is no longer
+    used when this returns; `finish()` the file to make it durable, then close it."""
     import torch
 
     sink = ChecksummedFile(path, algorithm, pool)
@@ -677,9 +716,27 @@ def _write_torch_file(state: Any, path: Path, algorithm: ChecksumAlgorithm, pool
                 if sink.error is not None:  # torch reports a failed write as its own vague error
                     raise sink.error from None
                 raise
-        return sink.finish()
-    finally:
+        return sink
+    except BaseException:
         sink.close()
+        raise
+
+
+def _in_host_memory(state: Any) -> bool:
+    """Whether every tensor in `state` (dicts, lists and tuples searched) lives in host memory."""
+    import torch
+
+    pending = [state]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, torch.Tensor):
+            if node.device.type != "cpu":
+                return False
+        elif isinstance(node, dict):
+            pending.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            pending.extend(node)
+    return True
 
 
 def _hash_pool(*, background: bool = False) -> ThreadPoolExecutor:

@@ -1,4 +1,10 @@
-"""save_async: the copy happens in the call, the write in the background, one save at a time."""
+"""save_async: the state is taken in the call, made durable in the background, one save at a time.
+
+Two paths: state in host memory is written into the page cache during the call ("host"); state on
+an accelerator is copied to host buffers and written in the background ("device"). This machine
+has no accelerator, so the device path is taken by telling the manager the state is not in host
+memory; the copy itself is real.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +19,19 @@ import torch
 
 from clusterkit.errors import ClusterkitError
 from clusterkit.resilience import checkpoint as checkpoint_module
+from clusterkit.resilience import checkpoint_files
 from clusterkit.resilience.checkpoint import CheckpointManager
 
 
-class GatedWriter:
-    """Stands in for the file writer: holds every write until the test opens the gate."""
+@pytest.fixture(params=["host", "device"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "device":
+        monkeypatch.setattr(checkpoint_module, "_in_host_memory", lambda state: False)
+    return request.param
+
+
+class GatedDurability:
+    """Holds every file's fsync (the background part of either path) until the test opens the gate."""
 
     def __init__(self) -> None:
         self.gate = threading.Event()
@@ -25,29 +39,29 @@ class GatedWriter:
         self.active = 0
         self.most_active = 0
         self.lock = threading.Lock()
-        self.real = checkpoint_module._write_torch_file
+        self.real = checkpoint_files.ChecksummedFile.finish
 
-    def __call__(self, state, path, *rest):
+    def finish(self, sink: checkpoint_files.ChecksummedFile) -> tuple[int, str]:
         with self.lock:
             self.active += 1
             self.most_active = max(self.most_active, self.active)
         self.started.set()
         try:
             assert self.gate.wait(timeout=30)
-            return self.real(state, path, *rest)
+            return self.real(sink)
         finally:
             with self.lock:
                 self.active -= 1
 
 
 @pytest.fixture
-def gated(monkeypatch: pytest.MonkeyPatch) -> GatedWriter:
-    writer = GatedWriter()
-    monkeypatch.setattr(checkpoint_module, "_write_torch_file", writer)
-    return writer
+def gated(monkeypatch: pytest.MonkeyPatch) -> GatedDurability:
+    gate = GatedDurability()
+    monkeypatch.setattr(checkpoint_files.ChecksummedFile, "finish", lambda sink: gate.finish(sink))
+    return gate
 
 
-def test_saved_state_is_the_state_at_call_time(tmp_path: Path, gated: GatedWriter) -> None:
+def test_saved_state_is_the_state_at_call_time(tmp_path: Path, gated: GatedDurability, path: str) -> None:
     manager = CheckpointManager(tmp_path)
     weights = torch.zeros(1000)
     state = {"model": {"w": weights, "tied": weights}, "step": 1}
@@ -66,14 +80,26 @@ def test_saved_state_is_the_state_at_call_time(tmp_path: Path, gated: GatedWrite
     assert loaded["step"] == 1
 
 
-def test_at_most_one_save_in_flight(tmp_path: Path, gated: GatedWriter) -> None:
+def test_host_state_is_in_the_file_when_the_call_returns(tmp_path: Path, gated: GatedDurability) -> None:
+    manager = CheckpointManager(tmp_path)
+    manager.save_async(1, {"w": torch.ones(1_000_000)})
+    assert gated.started.wait(timeout=30)  # the background thread is at the fsync
+    (pending,) = tmp_path.glob(".pending-step-00000001-*/rank-00000.pt")
+    assert pending.stat().st_size > 4_000_000  # every byte written, only not yet durable
+    assert manager.latest() is None  # nor committed
+    gated.gate.set()
+    assert manager.wait().step == 1
+    manager.close()
+
+
+def test_at_most_one_save_in_flight(tmp_path: Path, gated: GatedDurability, path: str) -> None:
     manager = CheckpointManager(tmp_path, keep=5)
     manager.save_async(1, {"w": torch.ones(10)})
     assert gated.started.wait(timeout=30)
     second = threading.Thread(target=manager.save_async, args=(2, {"w": torch.ones(10) * 2}))
     second.start()
     second.join(timeout=0.3)
-    assert second.is_alive(), "a second save_async returned while the first was still writing"
+    assert second.is_alive(), "a second save_async returned while the first was still in flight"
     gated.gate.set()
     second.join(timeout=30)
     manager.close()
@@ -83,11 +109,24 @@ def test_at_most_one_save_in_flight(tmp_path: Path, gated: GatedWriter) -> None:
     assert torch.equal(manager.load()["w"], torch.ones(10) * 2)
 
 
-def test_background_error_surfaces_on_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def disk_full(state, path, *rest):
+def test_an_error_writing_host_state_is_raised_by_the_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def disk_full(*args):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checkpoint_module, "_write_torch_file", disk_full)
+    monkeypatch.setattr(checkpoint_module, "_start_torch_file", disk_full)
+    manager = CheckpointManager(tmp_path)
+    with pytest.raises(ClusterkitError, match="no space left"):
+        manager.save_async(1, {"w": torch.ones(3)})
+    assert manager.wait() is None
+    assert manager.latest() is None
+    assert not list(tmp_path.glob(".pending-*"))
+
+
+def test_background_error_surfaces_on_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    def disk_full(sink):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_files.ChecksummedFile, "finish", disk_full)
     manager = CheckpointManager(tmp_path)
     manager.save_async(1, {"w": torch.ones(3)})
     with pytest.raises(ClusterkitError, match="no space left"):
@@ -96,14 +135,14 @@ def test_background_error_surfaces_on_wait(tmp_path: Path, monkeypatch: pytest.M
     assert not list(tmp_path.glob(".pending-*"))
 
 
-def test_background_error_surfaces_on_next_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_background_error_surfaces_on_next_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     calls = []
 
-    def broken_disk(state, path, *rest):
-        calls.append(path)
+    def broken_disk(sink):
+        calls.append(sink.path)
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(checkpoint_module, "_write_torch_file", broken_disk)
+    monkeypatch.setattr(checkpoint_files.ChecksummedFile, "finish", broken_disk)
     manager = CheckpointManager(tmp_path)
     manager.save_async(1, {"w": torch.ones(3)})
     with pytest.raises(ClusterkitError, match="Input/output error"):
@@ -125,16 +164,23 @@ def test_host_copy_keeps_container_types_and_reuses_buffers(tmp_path: Path) -> N
     assert second["pair"].left.data_ptr() == first["pair"].left.data_ptr()
 
 
-def test_background_saves_run_below_the_training_loop_priority(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_state_entirely_in_host_memory_is_written_during_the_call() -> None:
+    host = {"model": [torch.ones(2), (torch.zeros(1), 3)], "step": 4}
+    assert checkpoint_module._in_host_memory(host)
+    meta = {"model": [torch.ones(2), (torch.empty(1, device="meta"), 3)]}  # stands in for an accelerator
+    assert not checkpoint_module._in_host_memory(meta)
+
+
+def test_background_work_runs_below_the_training_loop_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               path: str) -> None:
     niceness = []
-    real = checkpoint_module._write_torch_file
+    real = checkpoint_files.ChecksummedFile.finish
 
-    def noting_priority(*args):
+    def noting_priority(sink):
         niceness.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
-        return real(*args)
+        return real(sink)
 
-    monkeypatch.setattr(checkpoint_module, "_write_torch_file", noting_priority)
+    monkeypatch.setattr(checkpoint_files.ChecksummedFile, "finish", noting_priority)
     manager = CheckpointManager(tmp_path)
     manager.save(1, {"w": torch.ones(3)})
     manager.save_async(2, {"w": torch.ones(3)})
