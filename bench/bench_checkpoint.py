@@ -213,7 +213,8 @@ def bench_save(name: str, state: dict[str, torch.Tensor], work: Path, rounds: in
     table.ratio("save / torch.save+fsync (speed)", "CheckpointManager.save", "torch.save+fsync", ">= 1.2", speed=True)
     table.ratio("save / dd (speed)", "CheckpointManager.save", "dd (random bytes, fsync)", ">= 0.9", speed=True)
     if old is not None:
-        table.ratio("save / before issue 15 (speed)", "CheckpointManager.save", "before issue 15 (sha256)", "", speed=True)
+        table.ratio("save / before issue 15 (speed)", "CheckpointManager.save", "before issue 15 (sha256)", "",
+                    speed=True)
         table.ratio("CPU seconds: save / before issue 15", "CheckpointManager.save", "before issue 15 (sha256)",
                     "<= 0.6", of="cpu")
 
@@ -338,7 +339,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="save,load,dcp,async", help="sections to run (default: all)")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--dir", type=Path, default=None, help="directory on the disk to test (default: a temporary one)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="directory on the disk to test (default: a temporary one)")
     parser.add_argument("--baseline-ref", default=BEFORE_ISSUE_15, help="git ref of the baseline code ('' for none)")
     parser.add_argument("--batch", type=int, default=64, help="batch size of the training steps in section 4")
     args = parser.parse_args()

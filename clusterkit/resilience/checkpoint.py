@@ -184,7 +184,8 @@ class CheckpointManager:
                 self._async_group = _initialized_dist().new_group(backend="gloo")
             group = self._async_group
         if self._background is None:
-            self._background = ThreadPoolExecutor(1, thread_name_prefix="clusterkit-checkpoint", initializer=lower_priority)
+            self._background = ThreadPoolExecutor(1, thread_name_prefix="clusterkit-checkpoint",
+                                                  initializer=lower_priority)
         if _in_host_memory(state):
             started = self._start_torch_write(step, state, group, _hash_pool())
             if started.error is not None:
@@ -322,7 +323,8 @@ class CheckpointManager:
     # ----- the save protocol --------------------------------------------------------------------
 
     def _save_torch(self, step: int, state: Any, group: Any, *, background: bool) -> Checkpoint | None:
-        return self._complete_torch_write(step, self._start_torch_write(step, state, group, _hash_pool(background=background)))
+        started = self._start_torch_write(step, state, group, _hash_pool(background=background))
+        return self._complete_torch_write(step, started)
 
     def _start_torch_write(self, step: int, state: Any, group: Any, pool: Executor) -> _TorchWrite:
         """This rank's shard written into the page cache (not yet durable), or the error."""

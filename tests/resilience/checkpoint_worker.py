@@ -65,7 +65,8 @@ def flip_a_byte_of_rank_1s_shard(checkpoint: Path, rank: int, flipped: Path, mod
 
 
 def main() -> None:
-    mode, root, rank, world_size, rendezvous = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    mode, root, rendezvous = sys.argv[1], Path(sys.argv[2]), sys.argv[5]
+    rank, world_size = int(sys.argv[3]), int(sys.argv[4])
     announce_commits()
     if mode.endswith("-crash") and rank == 1:
         die_halfway_through_the_shard()
