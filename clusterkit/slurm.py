@@ -122,7 +122,7 @@ class Slurm:
     def config(self) -> dict[str, str]:
         """`scontrol show config` as a dict: JobRequeue, AccountingStorageType, ..."""
         config = {}
-        for line in self.run("scontrol", "show", "config").stdout.splitlines():
+        for line in lines(self.run("scontrol", "show", "config").stdout):
             key, sep, value = line.partition("=")
             if sep:
                 config[key.strip()] = value.strip()
@@ -132,7 +132,7 @@ class Slurm:
         """Partition name (the default one ends in '*'), node count, gres and CPUs per node (one row per
         distinct node shape)."""
         out = self.run("sinfo", "-h", "-o", "%P|%D|%G|%c").stdout  # %P marks the default partition with *
-        return [dict(zip(("name", "nodes", "gres", "cpus"), line.split("|"))) for line in out.splitlines()]
+        return [dict(zip(("name", "nodes", "gres", "cpus"), line.split("|"))) for line in lines(out)]
 
     def ping(self) -> bool:
         result = self.run("scontrol", "ping", check=False, timeout=10)
@@ -141,7 +141,7 @@ class Slurm:
     def nodes(self) -> list[NodeInfo]:
         out = self.run("sinfo", "-h", "-N", "-o", "%N|%t|%c|%G|%E").stdout
         seen: dict[str, NodeInfo] = {}
-        for line in out.splitlines():
+        for line in lines(out):
             name, state, cpus, gres, reason = line.split("|", 4)
             # sinfo -N repeats a node once per partition it is in.
             seen.setdefault(name, NodeInfo(name, state, int(cpus), gres, "" if reason == "none" else reason))
@@ -165,7 +165,7 @@ class Slurm:
             args.insert(0, "-D")
         out = self.run("sacct", *args).stdout
         records = []
-        for line in out.splitlines():
+        for line in lines(out):
             # A job name may contain '|': the name is whatever lies between the id and the last 5 fields.
             job_id, rest = line.split("|", 1)
             *name, state, exit_code, node_list, start, end = rest.split("|")
@@ -175,12 +175,12 @@ class Slurm:
     def queue(self) -> dict[str, str]:
         """Job id -> state for every job the controller still lists (array tasks one by one)."""
         out = self.run("squeue", "-h", "-r", "-o", "%i|%T").stdout
-        return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+        return dict(line.split("|", 1) for line in lines(out) if "|" in line)
 
     def job_details(self, job_id: str) -> dict[str, str]:
         """`scontrol show job` as a dict (StdOut, StdErr, WorkDir, NodeList...); empty once forgotten."""
         result = self.run("scontrol", "show", "job", "-o", job_id, check=False)
-        line = result.stdout.splitlines()[0] if result.stdout.strip() else ""
+        line = next(iter(lines(result.stdout)), "")
         # Values may hold spaces (log paths): a value runs until the next " Key=".
         return {key: value for key, value in re.findall(r"(?:^|\s)([A-Za-z:/_]+)=(.*?)(?=\s[A-Za-z:/_]+=|$)", line)}
 
@@ -199,8 +199,43 @@ class Slurm:
         out = self.run("squeue", "-h", "-s", "-j", job_id, "-o", "%i", check=False).stdout.split()
         return [step for step in out if not step.endswith((".batch", ".extern"))]
 
+    def time_left(self, job_id: str) -> float | None:
+        """Seconds before the job's time limit; None without a limit, or for a job Slurm does not list."""
+        out = lines(self.run("squeue", "-h", "-j", job_id, "-o", "%L", check=False, timeout=10).stdout)
+        return parse_duration(out[0]) if out else None
+
     def requeue(self, job_id: str) -> None:
         self.run("scontrol", "requeue", job_id)
 
     def cancel(self, job_id: str, signal: str | None = None) -> None:
         self.run("scancel", *([f"--signal={signal}"] if signal else []), job_id)
+
+
+def parse_duration(text: str) -> float | None:
+    """Slurm's [D-]HH:MM:SS, MM:SS or M as seconds; None for UNLIMITED, INVALID and anything else."""
+    days, _, clock = text.strip().rpartition("-")
+    parts = clock.split(":")
+    if not (days.isdigit() or days == "") or not all(part.isdigit() for part in parts) or len(parts) > 3:
+        return None
+    seconds = 0
+    for part in parts:
+        seconds = seconds * 60 + int(part)
+    if len(parts) == 1:
+        seconds *= 60  # a bare number is minutes
+    return float(seconds + int(days or 0) * 86400)
+
+
+def log_file(pattern: str | None, reported: str | None, workdir: str | Path) -> str | None:
+    """Where Slurm writes a job's log: where `scontrol show job` says, except for a pattern holding a
+    backslash, which Slurm takes literally (replacement symbols such as %j are not expanded and the
+    backslashes are dropped) while scontrol still shows the pattern expanded."""
+    if pattern and "\\" in pattern:
+        literal = Path(pattern.replace("\\", ""))
+        return str(literal if literal.is_absolute() else Path(workdir) / literal)
+    return reported or None
+
+
+def lines(output: str) -> list[str]:
+    """The lines of a Slurm command's output: split at newlines only (str.splitlines also splits at
+    U+2028 and other separators a job name or log path may hold)."""
+    return [line for line in output.split("\n") if line]

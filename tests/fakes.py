@@ -32,6 +32,7 @@ class ScriptedSlurm:
         self.fail_next = 0  # the next squeue calls that fail as an overloaded controller's would
         self.drained: list[tuple[str, str]] = []
         self.requeued: list[str] = []
+        self.seconds_left: float | None = None  # before the job's time limit; None: no limit
 
     # ----- jobs -----
     def queue(self) -> dict[str, str]:
@@ -48,6 +49,9 @@ class ScriptedSlurm:
 
     def requeue(self, job_id: str) -> None:
         self.requeued.append(job_id)
+
+    def time_left(self, job_id: str) -> float | None:
+        return self.seconds_left
 
     def steps(self, job_id: str) -> list[str]:
         return []

@@ -123,6 +123,11 @@ def job_logs(args: argparse.Namespace) -> int:
         print_json({"job_id": handle.job_id, "state": handle.state, "stdout_path": str(handle.stdout_path),
                     "stdout": handle.stdout(), "stderr": handle.stderr()})
         return 0
+    if not handle.stdout_path.exists() and not args.follow:
+        ended = handle.done()
+        print(f"job {handle.job_id}: no log at {handle.stdout_path}" + ("" if ended else " yet (the job has not "
+              "written it)"), file=sys.stderr)
+        return 1 if ended else 0
     for chunk in handle.follow_log(follow=args.follow):
         sys.stdout.write(chunk)
         sys.stdout.flush()

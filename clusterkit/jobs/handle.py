@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import ClusterkitError, NotFound
-from clusterkit.jobs.attempts import Attempt, attempts
+from clusterkit.jobs.attempts import Attempt, decisions, merge_attempts
 from clusterkit.jobs.tracking import JobTracker, is_final
 from clusterkit.slurm import AccountingRecord, SlurmCommandError
 
@@ -73,9 +73,13 @@ class JobHandle:
         return self.tracker.attempts(self.job_id)
 
     def status(self) -> JobStatus:
-        """The state and every attempt, each classified (node failure, hang, time limit, ...)."""
-        return JobStatus(self.job_id, self.cluster, self.state, str(self.stdout_path) if self.stdout_path else None,
-                         tuple(attempts(self.attempts(), self.record)))
+        """The state and every attempt, each classified (node failure, hang, time limit, ...): accounting,
+        the controller and the supervisor's decisions merged, so none is missing (see jobs.attempts)."""
+        state = self.state
+        controller = self.tracker.slurm.job_details(self.job_id)
+        merged = merge_attempts(self.job_id, self.attempts(), controller, decisions(self.record))
+        return JobStatus(self.job_id, self.cluster, state, str(self.stdout_path) if self.stdout_path else None,
+                         tuple(merged))
 
     def follow_log(self, poll: float = 0.5, follow: bool = True) -> Iterator[str]:
         """The job's output as it grows, chunk by chunk, until the job ends (or once, without `follow`)."""

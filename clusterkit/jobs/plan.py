@@ -24,7 +24,7 @@ from clusterkit.jobs import records
 from clusterkit.jobs.spec import JobSpec
 from clusterkit.jobs.validators import validate_job
 from clusterkit.providers import Cluster, open_cluster, resolve_cluster_name
-from clusterkit.slurm import Slurm
+from clusterkit.slurm import Slurm, log_file
 
 
 class PlanRefused(ClusterkitError):
@@ -54,6 +54,8 @@ class JobPlan:
     sbatch_args: tuple[str, ...] = ()  # besides the script, e.g. --exclude on a resubmission
     spec_file: str | None = None
     resubmitted_from: str | None = None
+    output_pattern: str | None = None  # the job's --output and --error, to find its log files
+    error_pattern: str | None = None
     slurm: Slurm | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
@@ -90,7 +92,7 @@ def plan_job(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path |
         spec = _with_cluster_instance(spec, name, target, findings)
         slurm = _slurm_of(target, need_cluster, findings)
     base = JobPlan(name=spec.name, spec=spec, script=None, cluster=name, workdir=str(workdir_path),
-                   spec_file=spec_file, slurm=slurm)
+                   spec_file=spec_file, output_pattern=spec.logs.output, error_pattern=spec.logs.error, slurm=slurm)
     if has_errors(findings):
         return dataclasses.replace(base, findings=tuple(findings))
     script = render_sbatch(spec)
@@ -164,11 +166,13 @@ def submit(plan: JobPlan) -> records.JobRecord:
         Path(directory).mkdir(parents=True, exist_ok=True)
     job_id = plan.slurm.sbatch(plan.script, f"--chdir={plan.workdir}", *plan.sbatch_args)
     details = plan.slurm.job_details(job_id)
-    stdout = details.get("StdOut") or None
+    stdout = log_file(plan.output_pattern, details.get("StdOut"), plan.workdir)
+    stderr = log_file(plan.error_pattern, details.get("StdErr"), plan.workdir) or stdout
     record = records.JobRecord(job_id=job_id, cluster=plan.cluster, name=plan.name, kind="spec",
-                               submitted=records.now(), stdout=stdout, stderr=details.get("StdErr") or stdout,
-                               spec_file=plan.spec_file, workdir=plan.workdir, run_state_dir=plan.run_state_dir,
-                               resubmitted_from=plan.resubmitted_from)
+                               submitted=records.now(), stdout=stdout, stderr=stderr, spec_file=plan.spec_file,
+                               workdir=plan.workdir, run_state_dir=plan.run_state_dir,
+                               resubmitted_from=plan.resubmitted_from, output_pattern=plan.output_pattern,
+                               error_pattern=plan.error_pattern)
     records.save(record, script=plan.script)
     return record
 
@@ -180,4 +184,5 @@ def plan_from_record(record: records.JobRecord) -> JobPlan:
                               "no script to submit again", fix="resubmit it the way it was submitted")
     return JobPlan(name=record.name, spec=None, script=Path(record.script).read_text(), cluster=record.cluster,
                    workdir=record.workdir or os.getcwd(), run_state_dir=record.run_state_dir,
-                   spec_file=record.spec_file, slurm=open_cluster(record.cluster).slurm())
+                   spec_file=record.spec_file, output_pattern=record.output_pattern,
+                   error_pattern=record.error_pattern, slurm=open_cluster(record.cluster).slurm())

@@ -30,6 +30,8 @@ class JobRecord:
     workdir: str | None = None
     run_state_dir: str | None = None  # the supervisor's decisions and budget (supervised jobs)
     resubmitted_from: str | None = None  # the job this one replaces (clusterkit watch --resubmit)
+    output_pattern: str | None = None  # the job's --output and --error as submitted (see slurm.log_file)
+    error_pattern: str | None = None
 
 
 def jobs_dir(cluster: str) -> Path:

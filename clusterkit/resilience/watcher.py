@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from clusterkit.jobs import records
-from clusterkit.jobs.attempts import classify, decisions
+from clusterkit.jobs.attempts import decisions
 from clusterkit.jobs.handle import JobHandle
 from clusterkit.jobs.plan import plan_from_record
 from clusterkit.jobs.submit import job_handle, submit_plan
@@ -58,11 +58,10 @@ def watch(job_id: str, cluster: str | None = None, *, resubmit: bool = False, ma
 
     while True:
         state = handle.wait(poll=poll, progress=say)
-        record = records.find(handle.cluster, handle.job_id)
-        attempts = handle.attempts()
-        last = attempts[-1] if attempts else None
+        record = handle.record
+        attempts = handle.status().attempts
         result.state = state
-        result.classification = classify(last, len(attempts) - 1, record) if last else state.lower()
+        result.classification = attempts[-1].classification if attempts else state.lower()
         supervisor_wanted_requeue = result.classification == NODE_FAILURE and state == "FAILED"
         if not resubmit or (state not in RESUBMITTABLE and not supervisor_wanted_requeue):
             return result

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit import runtime
 from clusterkit.jobs.spec import job_from_dict
 from clusterkit.jobs.submit import submit_job
 from clusterkit.providers.local import processes
@@ -50,8 +51,7 @@ def uninterrupted_digest(tmp_path_factory) -> str:
 
 
 def decisions(workdir: Path) -> list[dict]:
-    path = workdir / "run/.clusterkit/decisions.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return runtime.read_decisions(workdir / "run/.clusterkit/decisions.jsonl")
 
 
 def wait_for_log(handle, text: str, timeout: float = 60) -> None:

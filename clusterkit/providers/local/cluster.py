@@ -22,6 +22,7 @@ from typing import Any
 from clusterkit import registry
 from clusterkit.cluster.plan import ClusterPlan, ClusterRequest
 from clusterkit.errors import AlreadyExists, ClusterkitError, MissingDependency
+from clusterkit.pids import pid_alive, start_time
 from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, quiet
 from clusterkit.providers.local import processes
 from clusterkit.providers.local.config import (
@@ -37,6 +38,7 @@ from clusterkit.runtime import FAULTS_DIR_ENV
 from clusterkit.slurm import Slurm
 
 PROVIDER = "local"
+DAEMONS = ("munged", "mariadb", "slurmdbd", "slurmctld")  # the cluster's own; slurmd per node besides
 REQUIRED_PROGRAMS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
                      "sinfo", "sbatch", "sacct", "scontrol", "unshare", "mount")
 INSTALL_COMMAND = "apt-get install -y --no-install-recommends slurm-wlm munge slurmdbd mariadb-server"
@@ -104,10 +106,11 @@ class LocalProvider:
                                   fix="drop them for a local cluster, or use --provider aws")
         cluster = LocalCluster._new(request.name, request.nodes, request.cpus_per_node, request.gpus_per_node,
                                     request.memory_mb_per_node)
+        share = [] if processes.root_mount_is_shared() else [shlex.join(processes.SHARE_ROOT_COMMAND)]
         return ClusterPlan(
             provider=PROVIDER, name=request.name, spec=cluster.config,
             files={str(path): text for path, text in cluster._rendered_files().items()},
-            actions=tuple(shlex.join(argv) for argv in cluster._daemon_commands().values()),
+            actions=tuple(share + [shlex.join(argv) for argv in cluster._daemon_commands().values()]),
             details={"directory": str(cluster.layout.root), "ports": cluster.config.ports},
         )
 
@@ -119,18 +122,27 @@ class LocalProvider:
         return plan
 
     def apply(self, plan: ClusterPlan, progress: Progress = quiet) -> LocalCluster:
-        """Write exactly the plan's files and start the daemons; on failure leave nothing behind."""
-        cluster = LocalCluster.from_config(plan.spec)
-        try:
-            cluster._write_files(plan.files, progress)
-            registry.save(cluster.record)  # before any daemon starts: delete-cluster can always clean up
-            cluster._start(progress)
-        except BaseException:
-            # Leave nothing half-made behind: no daemons, no record, no directory.
-            cluster._teardown()
-            registry.remove(plan.name)
-            shutil.rmtree(cluster.layout.root, ignore_errors=True)
-            raise
+        """Write exactly the plan's files and start the daemons; on failure leave nothing behind.
+
+        The name is claimed first (registry.claim), and the ports: a second create of the same name
+        fails at once and never touches this one's files, and a failed create removes only its own.
+        """
+        config: LocalClusterConfig = plan.spec
+        with registry.claim(plan.name) as directory:
+            processes.reserve_ports(config.base_port, len(config.ports), directory)
+            cluster = LocalCluster.from_config(config)
+            try:
+                if not processes.root_mount_is_shared():
+                    progress("making / a shared mount, so that mounts made later reach the nodes")
+                    processes.share_root_mount()
+                cluster._write_files(plan.files, progress)
+                registry.save(cluster.record)  # before any daemon starts: delete-cluster can always clean up
+                cluster._start(progress)
+            except BaseException:
+                # Leave nothing half-made behind: no daemons, no ports held (the claim takes the directory).
+                cluster._teardown()
+                processes.release_ports(directory)
+                raise
         return cluster
 
     def open(self, record: registry.ClusterRecord) -> LocalCluster:
@@ -249,10 +261,12 @@ class LocalCluster:
             "slurmdbd": ["slurmdbd", "-D"],
             "slurmctld": ["slurmctld", "-D", "-i", "-f", str(layout.slurm_conf)],
         }
-        # A private mount + UTS namespace per node: its own /etc/hosts and host name.
+        # A mount + UTS namespace per node: its own /etc/hosts and host name. Slave propagation: mounts
+        # made on this machine later (a file system for checkpoints) reach the nodes; the nodes' own
+        # /etc/hosts never reaches this machine.
         script = 'mount --bind "$1" /etc/hosts && hostname "$2" && exec slurmd -D -N "$2" -f "$3"'
         for node in self.config.node_names:
-            commands[f"slurmd-{node}"] = ["unshare", "--mount", "--uts", "--propagation", "private",
+            commands[f"slurmd-{node}"] = ["unshare", "--mount", "--uts", "--propagation", "slave",
                                           "sh", "-c", script, "slurmd", str(layout.hosts_file), node,
                                           str(layout.slurm_conf)]
         return commands
@@ -260,7 +274,7 @@ class LocalCluster:
     def _write_files(self, files: dict[str, str], progress: Progress) -> None:
         layout, config = self.layout, self.config
         for directory in (layout.etc, layout.run, layout.log, layout.state, layout.spool):
-            directory.mkdir(parents=True, exist_ok=True)
+            directory.mkdir(exist_ok=True)
         layout.munge_socket_dir.mkdir(mode=0o711, exist_ok=True)
         os.chmod(layout.munge_socket_dir, 0o711)
         for node in config.node_names:
@@ -284,18 +298,66 @@ class LocalCluster:
         env = dict(os.environ, SLURM_CONF=str(self.layout.slurm_conf), **extra_env)
         pid = processes.spawn(self._daemon_commands()[key], self.layout.log / f"{key}.stdout", env=env)
         self.pids[key] = pid
-        self.record.details.setdefault("start_times", {})[key] = processes.start_time(pid)
+        self.record.details.setdefault("start_times", {})[key] = start_time(pid)
         registry.save(self.record)
         return pid
 
     def _ours(self, key: str) -> int | None:
-        """The pid we started as `key`, if that very process still runs (pids are reused after it
-        exits, or after a reboot: never signal a stranger)."""
+        """The pid of daemon `key` of this cluster, if that very process still runs (pids are reused
+        after it exits, or after a reboot: never signal a stranger). A daemon someone restarted by hand
+        is found by its pid file and adopted, so that describe and delete still see it."""
         pid = self.pids.get(key)
-        if pid is None or not processes.pid_alive(pid):
-            return None
         recorded = self.record.details.get("start_times", {}).get(key)
-        return pid if recorded is None or processes.start_time(pid) == recorded else None
+        if pid is not None and pid_alive(pid) and (recorded is None or
+                                                             start_time(pid) == recorded):
+            return pid
+        return self._adopt(key)
+
+    def _adopt(self, key: str) -> int | None:
+        pid = processes.pid_from_file(self.layout.pid_file(key))
+        if pid is None or pid == self.pids.get(key) or not processes.belongs_to(pid, str(self.layout.root)):
+            return None
+        self.pids[key] = pid
+        self.record.details.setdefault("start_times", {})[key] = start_time(pid)
+        if key.startswith("slurmd-"):
+            self.record.details.setdefault("namespaces", {})[key.removeprefix("slurmd-")] = \
+                processes.mount_namespace(pid)
+        registry.save(self.record)
+        return pid
+
+    def _readiness(self, key: str, pid: int) -> tuple[Callable[[], bool], str]:
+        """How to tell that daemon `key` (just started as `pid`) serves, and the log to read if not."""
+        layout = self.layout
+        return {
+            "munged": (lambda: processes.pid_from_file(layout.pid_file("munged")) == pid
+                       and layout.munge_socket.exists(), "munged.log"),
+            "mariadb": (lambda: layout.mysql_socket.exists(), "mariadb.log"),
+            "slurmdbd": (lambda: processes.port_listening(self.config.slurmdbd_port), "slurmdbd.log"),
+            "slurmctld": (lambda: processes.port_listening(self.config.slurmctld_port), "slurmctld.log"),
+        }[key]
+
+    def restart_daemon(self, key: str = "slurmctld", progress: Progress = quiet) -> int:
+        """Stop daemon `key` if it runs, start it again, wait until it serves; returns its new pid.
+        Jobs survive a controller restart (their state is saved); nodes reconnect by themselves."""
+        if key not in DAEMONS:
+            raise ClusterkitError(f"no daemon {key!r} in a local cluster",
+                                  fix=f"restart one of: {', '.join(DAEMONS)} (a node: `clusterkit local "
+                                      "start-node`)")
+        running = self._ours(key)
+        if running is not None:
+            progress(f"stopping {key} (pid {running})")
+            processes.stop_pids([running])
+        progress(f"starting {key}")
+        pid = self._spawn(key, **self._daemon_env(key))
+        ready, log_name = self._readiness(key, pid)
+        self._wait_for_daemon(key, ready, log_name)
+        if key == "slurmctld":
+            self._wait_for_nodes_up([n for n in self.config.node_names if self._ours(f"slurmd-{n}")])
+        return pid
+
+    def _daemon_env(self, key: str) -> dict[str, str]:
+        # The MySQL client library finds our socket through MYSQL_UNIX_PORT.
+        return {"MYSQL_UNIX_PORT": str(self.layout.mysql_socket)} if key == "slurmdbd" else {}
 
     def _node_namespace(self, node: str) -> str | None:
         """The node's mount namespace while its slurmd runs (a freed namespace id can be reused)."""
@@ -304,25 +366,20 @@ class LocalCluster:
         return self.record.details.get("namespaces", {}).get(node)
 
     def _start(self, progress: Progress) -> None:
-        layout = self.layout
         progress("starting munged and MariaDB")
-        self._spawn("munged")
-        self._spawn("mariadb")
-        self._wait_for_daemon("munged", lambda: layout.munge_socket.exists(), "munged.log")
-        self._wait_for_daemon("mariadb", lambda: layout.mysql_socket.exists(), "mariadb.log")
+        started = {key: self._spawn(key) for key in ("munged", "mariadb")}
+        for key, pid in started.items():
+            self._wait_for_daemon(key, *self._readiness(key, pid))
 
         progress("starting slurmdbd")
-        # The MySQL client library finds our socket through MYSQL_UNIX_PORT.
-        self._spawn("slurmdbd", MYSQL_UNIX_PORT=str(layout.mysql_socket))
-        self._wait_for_daemon("slurmdbd", lambda: processes.port_listening(self.config.slurmdbd_port),
-                              "slurmdbd.log")
+        pid = self._spawn("slurmdbd", **self._daemon_env("slurmdbd"))
+        self._wait_for_daemon("slurmdbd", *self._readiness("slurmdbd", pid))
 
         progress(f"starting slurmctld and {self.config.nodes} slurmd")
-        self._spawn("slurmctld")
+        pid = self._spawn("slurmctld")
         for node in self.config.node_names:
             self._start_slurmd(node)
-        self._wait_for_daemon("slurmctld", lambda: processes.port_listening(self.config.slurmctld_port),
-                              "slurmctld.log")
+        self._wait_for_daemon("slurmctld", *self._readiness("slurmctld", pid))
         self._wait_for_nodes_up(self.config.node_names)
         progress(f"cluster {self.name!r} is up: {self.config.nodes} nodes")
 
@@ -332,7 +389,7 @@ class LocalCluster:
         def ready_or_dead() -> bool:
             if ready():
                 return True
-            if not processes.pid_alive(pid):
+            if not pid_alive(pid):
                 raise ClusterkitError(f"{key} exited during start-up",
                                       fix=f"see {self.layout.log / log_name} and {self.layout.log / key}.stdout")
             return False
@@ -344,7 +401,7 @@ class LocalCluster:
         pid = self._spawn(f"slurmd-{node}")
         own = processes.mount_namespace(os.getpid())
         processes.wait_until(lambda: processes.mount_namespace(pid) not in (own, None) or
-                             not processes.pid_alive(pid), 10, f"slurmd of {node} to enter its namespace")
+                             not pid_alive(pid), 10, f"slurmd of {node} to enter its namespace")
         self.record.details.setdefault("namespaces", {})[node] = processes.mount_namespace(pid)
         registry.save(self.record)
 
@@ -352,7 +409,7 @@ class LocalCluster:
         def all_up() -> bool:
             for node in nodes:
                 pid = self.pids.get(f"slurmd-{node}")
-                if pid is None or not processes.pid_alive(pid):
+                if pid is None or not pid_alive(pid):
                     raise ClusterkitError(f"slurmd of node {node} exited during start-up",
                                           fix=f"see {self.layout.log}/slurmd-{node}.log")
             states = {n.name: n for n in self._slurm.nodes()}
@@ -407,7 +464,7 @@ class LocalCluster:
         victims = processes.pids_in_mount_namespace(namespace)
         processes.kill_all(victims)
         for victim in victims:
-            processes.wait_until(lambda: not processes.pid_alive(victim), 5, f"process {victim} to die")
+            processes.wait_until(lambda: not pid_alive(victim), 5, f"process {victim} to die")
         return victims
 
     def start_node(self, node: str, wait: bool = True) -> None:
@@ -442,6 +499,7 @@ class LocalCluster:
 
     def delete(self, progress: Progress = quiet) -> None:
         self._teardown()
+        processes.release_ports(self.layout.root)
         registry.remove(self.name)
         shutil.rmtree(self.layout.root, ignore_errors=True)
 
