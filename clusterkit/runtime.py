@@ -49,12 +49,17 @@ TERMINATED = "terminated"  # Slurm ended the attempt itself; Slurm's state says 
 
 
 def read_decisions(path: Path) -> list[dict[str, Any]]:
-    """The decisions in a run's decisions file: one JSON object a line, then NUL padding (space the
-    supervisor reserved so that a full disk cannot stop it). Lines cut short by a crash are skipped."""
+    """The decisions in a run's decisions file (see `parse_decisions`); none when there is no file."""
     try:
-        text = path.read_bytes().rstrip(b"\0").decode("utf-8", "replace")
+        return parse_decisions(path.read_bytes())
     except OSError:
         return []
+
+
+def parse_decisions(data: bytes) -> list[dict[str, Any]]:
+    """A decisions file's content: one JSON object a line, then NUL padding (space the supervisor
+    reserved so that a full disk cannot stop it). Lines cut short by a crash are skipped."""
+    text = data.rstrip(b"\0").decode("utf-8", "replace")
     found = []
     for line in text.splitlines():
         try:

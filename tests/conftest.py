@@ -33,16 +33,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def local_cluster() -> Iterator[LocalCluster]:
-    """A 4-node cluster with 2 CPUs and 8 fake GPUs per node, shared by the whole session."""
+    """A 4-node cluster with 2 CPUs and 8 fake GPUs per node and an sshd (for remote use), shared by the
+    whole session."""
     from clusterkit.providers.local.cluster import LocalCluster, check_prerequisites
 
     try:
-        check_prerequisites()
+        check_prerequisites(ssh=True)
     except Exception as error:
         if os.environ.get("CI"):  # CI installs Slurm itself: a skip there would hide a broken install
             pytest.fail(f"no local Slurm cluster possible in CI: {error}")
         pytest.skip(f"no local Slurm cluster possible here: {error}")
-    cluster = LocalCluster.create(SHARED_CLUSTER, nodes=4, cpus_per_node=2, gpus_per_node=8)
+    cluster = LocalCluster.create(SHARED_CLUSTER, nodes=4, cpus_per_node=2, gpus_per_node=8, ssh=True)
     try:
         yield cluster
     finally:

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusterkit.slurm import AccountingRecord, NodeInfo, SlurmCommandError
+from clusterkit.slurm import AccountingRecord, NodeInfo, Poll, SlurmCommandError
 
 
 class ScriptedSlurm:
@@ -43,9 +43,14 @@ class ScriptedSlurm:
         return dict(self.queued)
 
     def accounting(self, job_ids: list[str]) -> list[AccountingRecord]:
-        self.calls += 1
+        self.calls += 1 if job_ids else 0
         return [AccountingRecord(job_id, "j", state, "0:0", "n1", "", "")
                 for job_id in job_ids for state in self.attempts.get(job_id, [])]
+
+    def poll(self, job_ids: list[str], details_of: str | None = None) -> Poll:
+        queue = self.queue()
+        accounting = self.accounting(job_ids) if job_ids else []
+        return Poll(queue, accounting, {}, 2 if job_ids else 1)
 
     def requeue(self, job_id: str) -> None:
         self.requeued.append(job_id)

@@ -33,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     local.add_argument("--nodes", type=int, default=4, help="number of nodes (default 4)")
     local.add_argument("--cpus-per-node", type=int, default=2, help="CPUs per node (default 2)")
     local.add_argument("--gpus-per-node", type=int, default=0, help="fake GPUs per node, through gres (default 0)")
+    local.add_argument("--ssh", action="store_true",
+                       help="run an sshd for the head node on a local port, with a key made for the cluster: "
+                            "the cluster can then be used as a remote one (`clusterkit connect`)")
     source = create.add_argument_group("cluster spec (AWS)")
     source.add_argument("--preset", metavar="NAME", help="start from a preset: p4de, p4d, p5, trn1, trn1n, g5")
     source.add_argument("--file", metavar="SPEC.yaml", help="start from a cluster spec file")
@@ -44,6 +47,25 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     source.add_argument("--custom-ami", metavar="NAME_OR_ID",
                         help="boot nodes from this AMI (name or ami- id, looked up on AWS; not used by --dry-run)")
     create.set_defaults(handler=create_cluster)
+
+    connect = subparsers.add_parser(
+        "connect", parents=[common], help="use an existing Slurm cluster reached over SSH",
+        description="Register an existing Slurm cluster (any Slurm, not only clusterkit's) whose login node "
+                    "is reached over SSH with your own ssh setup (~/.ssh/config, agent, ProxyJump); every job "
+                    "verb then works with --cluster NAME from this machine.")
+    connect.add_argument("name", help="a name for the cluster here")
+    connect.add_argument("--ssh", required=True, metavar="[USER@]HOST", help="the login (head) node")
+    connect.add_argument("--port", type=int, help="SSH port (default: from ~/.ssh/config, else 22)")
+    connect.add_argument("--identity-file", metavar="KEY", help="private key (default: your agent and ssh config)")
+    connect.add_argument("--known-hosts", metavar="FILE",
+                         help="check the host key against this file (default: your known_hosts)")
+    connect.add_argument("--accept-new-host-key", action="store_true",
+                         help="trust the host key seen now, and only that one later (kept for this cluster)")
+    connect.add_argument("--runs-dir", metavar="PATH",
+                         help="where each run's files go on the cluster (default: ~/clusterkit-runs there)")
+    connect.add_argument("--python", default="python3", metavar="PYTHON",
+                         help="the cluster's Python for functions (default python3 on its PATH)")
+    connect.set_defaults(handler=connect_cluster)
 
     describe = subparsers.add_parser("describe-cluster", parents=[common], help="show a cluster and its nodes")
     describe.add_argument("name")
@@ -84,7 +106,7 @@ def create_cluster(args: argparse.Namespace) -> int:
     request = ClusterRequest(
         name=args.name, provider=args.provider, preset=args.preset, spec_file=args.file, region=args.region,
         subnet_id=args.subnet_id, key_name=args.key_name, custom_ami=args.custom_ami, nodes=args.nodes,
-        cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node)
+        cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node, ssh=args.ssh)
     provider = provider_named(request.provider_name)
     if args.output_config and request.provider_name != "aws":
         raise ClusterkitError("--output-config writes a ParallelCluster config; a local cluster has none",
@@ -171,6 +193,23 @@ def _print_info(info: ClusterInfo) -> None:
     if info.nodes:
         headers = list(info.nodes[0])
         print_table(headers, [[node.get(header) for header in headers] for node in info.nodes])
+
+
+def connect_cluster(args: argparse.Namespace) -> int:
+    from clusterkit.providers.ssh import connect
+    from clusterkit.transport import SshTarget
+
+    target = SshTarget.parse(args.ssh, port=args.port, identity_file=args.identity_file,
+                             known_hosts_file=args.known_hosts)
+    cluster = connect(args.name, target, runs_dir=args.runs_dir, python=args.python,
+                      accept_new_host_key=args.accept_new_host_key, progress=_say(args))
+    info = cluster.describe()
+    if args.output == "json":
+        print_json(info.to_dict())
+    else:
+        print(f"cluster {info.name!r} is {info.status} {info.where}: {len(info.nodes)} nodes; "
+              f"runs go to {cluster.runs_dir()} there")
+    return 0
 
 
 def describe_cluster(args: argparse.Namespace) -> int:

@@ -39,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     restart = verbs.add_parser("restart-controller", parents=[common],
                                help="restart slurmctld (or another daemon of the cluster); jobs keep running")
     restart.add_argument("name", help="cluster name")
-    restart.add_argument("--daemon", default="slurmctld", choices=("slurmctld", "slurmdbd", "munged", "mariadb"),
+    restart.add_argument("--daemon", default="slurmctld",
+                         choices=("slurmctld", "slurmdbd", "munged", "mariadb", "sshd"),
                          help="which daemon (default slurmctld)")
     restart.set_defaults(handler=restart_controller)
 

@@ -43,6 +43,7 @@ class ClusterRequest:
     cpus_per_node: int = 2
     gpus_per_node: int = 0
     memory_mb_per_node: int = 4000
+    ssh: bool = False  # an sshd for the head node, to reach the cluster as a remote one
 
     @property
     def provider_name(self) -> str:

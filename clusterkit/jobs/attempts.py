@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit import runtime
 from clusterkit.slurm import AccountingRecord
+from clusterkit.transport import LOCAL, Transport, read_bytes
 
 if TYPE_CHECKING:
     from clusterkit.jobs.records import JobRecord
@@ -45,11 +46,12 @@ class Attempt:
         return asdict(self)
 
 
-def decisions(record: JobRecord | None) -> list[dict[str, Any]]:
-    """The supervisor's decisions for a supervised job (all attempts of its run)."""
+def decisions(record: JobRecord | None, transport: Transport = LOCAL) -> list[dict[str, Any]]:
+    """The supervisor's decisions for a supervised job (all attempts of its run), wherever its run is."""
     if record is None or not record.run_state_dir:
         return []
-    return runtime.read_decisions(Path(record.run_state_dir) / runtime.DECISIONS_FILE)
+    data = read_bytes(transport, Path(record.run_state_dir) / runtime.DECISIONS_FILE)
+    return runtime.parse_decisions(data) if data else []
 
 
 def classify(state: str, attempt_id: str, made: list[dict[str, Any]]) -> str:

@@ -67,6 +67,15 @@ class Cluster(Protocol):
         """The Slurm that runs this cluster's jobs; a ClusterkitError with a fix when none is reachable."""
         ...
 
+    def runs_dir(self) -> str | None:
+        """Where per-run directories go on the cluster when jobs are submitted from elsewhere (over
+        SSH); None when the submitter's directories are the cluster's."""
+        ...
+
+    def python(self) -> str:
+        """The interpreter that runs Python functions on the nodes unless told otherwise."""
+        ...
+
     def queues(self) -> dict[str, list[str]]:
         """Partition -> the EC2 instance types its nodes are (the default partition first); empty when
         the nodes are no EC2 type clusterkit knows (a local cluster)."""

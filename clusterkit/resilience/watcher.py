@@ -41,7 +41,7 @@ def _bad_nodes(handle: JobHandle, record: records.JobRecord | None) -> list[str]
         used = set(slurm.hostnames(attempts[-1].node_list))
         nodes.update(n.name for n in slurm.nodes() if n.name in used and
                      (not n.responding or n.base_state in ("down", "fail", "drain", "drng")))
-    for decision in decisions(record):
+    for decision in decisions(record, handle.transport):
         if decision.get("decision") == NODE_FAILURE and decision.get("job_id") == handle.job_id:
             nodes.update(decision.get("nodes", []))
     return sorted(nodes)

@@ -36,7 +36,7 @@ PROVIDER = "aws"
 CONFIG_FILE = "parallelcluster.yaml"
 POLL_SECONDS = 15.0  # between looks at the stack; tests lower it
 LOCAL_FLAGS = {"nodes": ("--nodes", 4), "cpus_per_node": ("--cpus-per-node", 2),
-               "gpus_per_node": ("--gpus-per-node", 0)}
+               "gpus_per_node": ("--gpus-per-node", 0), "ssh": ("--ssh", False)}
 
 
 def _now() -> str:
@@ -232,6 +232,12 @@ class AwsCluster:
         import yaml  # lazy: keep CLI start fast
 
         return yaml.safe_load(self.config_file.read_text())
+
+    def runs_dir(self) -> str | None:
+        return None
+
+    def python(self) -> str:
+        return "python3"
 
     def queues(self) -> dict[str, list[str]]:
         known = self.record.details.get("queues")

@@ -26,6 +26,7 @@ from clusterkit.pids import pid_alive, start_time
 from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, quiet
 from clusterkit.providers.local import processes
 from clusterkit.providers.local.config import (
+    SSHD_PRIVSEP_DIR,
     LocalClusterConfig,
     LocalLayout,
     render_gres_conf,
@@ -33,15 +34,20 @@ from clusterkit.providers.local.config import (
     render_mysql_conf,
     render_slurm_conf,
     render_slurmdbd_conf,
+    render_sshd_config,
 )
 from clusterkit.runtime import FAULTS_DIR_ENV
 from clusterkit.slurm import Slurm
+from clusterkit.transport import SshTarget
 
 PROVIDER = "local"
-DAEMONS = ("munged", "mariadb", "slurmdbd", "slurmctld")  # the cluster's own; slurmd per node besides
+DAEMONS = ("munged", "mariadb", "slurmdbd", "slurmctld", "sshd")  # the cluster's own; slurmd per node besides
+SSHD = "/usr/sbin/sshd"  # sshd insists on being started by its absolute path
+SSH_PROGRAMS = (SSHD, "ssh-keygen", "ssh")
 REQUIRED_PROGRAMS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
                      "sinfo", "sbatch", "sacct", "scontrol", "unshare", "mount")
-INSTALL_COMMAND = "apt-get install -y --no-install-recommends slurm-wlm munge slurmdbd mariadb-server"
+INSTALL_COMMAND = ("apt-get install -y --no-install-recommends slurm-wlm munge slurmdbd mariadb-server "
+                   "openssh-server openssh-client")
 START_TIMEOUT = 30.0
 
 # Request fields that describe AWS clusters, and their flags.
@@ -49,7 +55,7 @@ AWS_ONLY = {"preset": "--preset", "spec_file": "--file", "region": "--region", "
             "key_name": "--key-name", "custom_ami": "--custom-ami"}
 
 
-def check_prerequisites() -> None:
+def check_prerequisites(ssh: bool = False) -> None:
     """Fail early, before anything is written, when this machine cannot run a local cluster."""
     if os.geteuid() != 0:
         raise ClusterkitError(
@@ -57,7 +63,8 @@ def check_prerequisites() -> None:
             "to give each node its own mount namespace",
             fix="run clusterkit as root (e.g. `sudo -E clusterkit create-cluster --provider local ...`)",
         )
-    missing = [program for program in REQUIRED_PROGRAMS if shutil.which(program) is None]
+    needed = REQUIRED_PROGRAMS + (SSH_PROGRAMS if ssh else ())
+    missing = [program for program in needed if shutil.which(program) is None]
     if missing:
         raise MissingDependency(
             f"missing programs for a local Slurm cluster: {', '.join(missing)}",
@@ -105,7 +112,7 @@ class LocalProvider:
             raise ClusterkitError(f"{', '.join(given)} describe AWS clusters",
                                   fix="drop them for a local cluster, or use --provider aws")
         cluster = LocalCluster._new(request.name, request.nodes, request.cpus_per_node, request.gpus_per_node,
-                                    request.memory_mb_per_node)
+                                    request.memory_mb_per_node, request.ssh)
         share = [] if processes.root_mount_is_shared() else [shlex.join(processes.SHARE_ROOT_COMMAND)]
         return ClusterPlan(
             provider=PROVIDER, name=request.name, spec=cluster.config,
@@ -115,7 +122,7 @@ class LocalProvider:
         )
 
     def prepare(self, plan: ClusterPlan, progress: Progress = quiet) -> ClusterPlan:
-        check_prerequisites()
+        check_prerequisites(ssh=plan.spec.ssh)
         if registry.exists(plan.name):
             raise AlreadyExists(f"a cluster named {plan.name!r} already exists",
                                 fix=f"use it, or delete it first with `clusterkit delete-cluster {plan.name}`")
@@ -162,6 +169,7 @@ class LocalCluster:
                 name=record.name, nodes=details["nodes"], cpus_per_node=details["cpus_per_node"],
                 gpus_per_node=details["gpus_per_node"], memory_mb_per_node=details["memory_mb_per_node"],
                 base_port=details["base_port"], controller_host=details["controller_host"],
+                ssh=details.get("ssh", False),
             )
         except KeyError as missing:
             raise ClusterkitError(f"the record of local cluster {record.name!r} is damaged: it has no {missing}",
@@ -170,11 +178,8 @@ class LocalCluster:
         self.layout = LocalLayout(record.directory)
         # Jobs on a local cluster run with the Python that drives it (its venv's python, torchrun).
         # Health checks in its jobs look for injected faults here.
-        python_bin = os.path.dirname(sys.executable)
         self._slurm = Slurm(self.layout.slurm_conf, extra_env={
-            "PATH": f"{python_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            FAULTS_DIR_ENV: str(self.layout.faults),
-        })
+            "PATH": self._session_path(), FAULTS_DIR_ENV: str(self.layout.faults)})
 
     # ----- lookup -------------------------------------------------------------------------------
     @classmethod
@@ -197,7 +202,7 @@ class LocalCluster:
     # ----- create -------------------------------------------------------------------------------
     @classmethod
     def _new(cls, name: str, nodes: int, cpus_per_node: int, gpus_per_node: int,
-             memory_mb_per_node: int) -> LocalCluster:
+             memory_mb_per_node: int, ssh: bool = False) -> LocalCluster:
         """A cluster object with its ports chosen, not yet saved or started."""
         registry.check_cluster_name(name)
         if nodes < 1 or cpus_per_node < 1 or gpus_per_node < 0:
@@ -209,11 +214,11 @@ class LocalCluster:
                                 fix=f"use it, or delete it first with `clusterkit delete-cluster {name}`")
         taken = [port for other in registry.all_records() if other.provider == PROVIDER
                  for port in cls(other).config.ports]
-        base_port = processes.find_free_port_range(nodes + 2, taken)
+        base_port = processes.find_free_port_range(nodes + 2 + (1 if ssh else 0), taken)
         return cls.from_config(LocalClusterConfig(
             name=name, nodes=nodes, cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node,
             memory_mb_per_node=memory_mb_per_node, base_port=base_port,
-            controller_host=socket.gethostname().split(".")[0]))
+            controller_host=socket.gethostname().split(".")[0], ssh=ssh))
 
     @classmethod
     def from_config(cls, config: LocalClusterConfig) -> LocalCluster:
@@ -222,33 +227,47 @@ class LocalCluster:
             created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             details={"nodes": config.nodes, "cpus_per_node": config.cpus_per_node,
                      "gpus_per_node": config.gpus_per_node, "memory_mb_per_node": config.memory_mb_per_node,
-                     "base_port": config.base_port, "controller_host": config.controller_host, "pids": {}},
+                     "base_port": config.base_port, "controller_host": config.controller_host, "ssh": config.ssh,
+                     "pids": {}},
         ))
 
     @classmethod
     def create(cls, name: str, nodes: int = 4, cpus_per_node: int = 2, gpus_per_node: int = 0,
-               memory_mb_per_node: int = 4000, progress: Progress = quiet) -> LocalCluster:
+               memory_mb_per_node: int = 4000, ssh: bool = False, progress: Progress = quiet) -> LocalCluster:
         """Plan, prepare and apply in one call (for scripts and tests)."""
         provider = LocalProvider()
         request = ClusterRequest(name=name, provider=PROVIDER, nodes=nodes, cpus_per_node=cpus_per_node,
-                                 gpus_per_node=gpus_per_node, memory_mb_per_node=memory_mb_per_node)
+                                 gpus_per_node=gpus_per_node, memory_mb_per_node=memory_mb_per_node, ssh=ssh)
         return provider.apply(provider.prepare(provider.plan(request)), progress)
 
     def slurm(self) -> Slurm:
         return self._slurm
+
+    def runs_dir(self) -> str | None:
+        return None
+
+    def python(self) -> str:
+        return sys.executable  # jobs of a local cluster run with the Python that drives it
 
     def queues(self) -> dict[str, list[str]]:
         return {}  # CPU nodes (and fake GPUs): no EC2 instance type
 
     def _rendered_files(self) -> dict[Path, str]:
         layout, config = self.layout, self.config
-        return {
+        files = {
             layout.slurm_conf: render_slurm_conf(config, layout),
             layout.gres_conf: render_gres_conf(config, layout),
             layout.slurmdbd_conf: render_slurmdbd_conf(config, layout),
             layout.mysql_conf: render_mysql_conf(layout),
             layout.hosts_file: render_hosts(config),
         }
+        if config.ssh:
+            files[layout.sshd_config] = render_sshd_config(config, layout, self._session_path())
+        return files
+
+    def _session_path(self) -> str:
+        """PATH of jobs and of SSH sessions: the Python that drives the cluster (its venv) first."""
+        return f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '/usr/bin:/bin')}"
 
     def _daemon_commands(self) -> dict[str, list[str]]:
         layout = self.layout
@@ -269,6 +288,8 @@ class LocalCluster:
             commands[f"slurmd-{node}"] = ["unshare", "--mount", "--uts", "--propagation", "slave",
                                           "sh", "-c", script, "slurmd", str(layout.hosts_file), node,
                                           str(layout.slurm_conf)]
+        if self.config.ssh:
+            commands["sshd"] = [SSHD, "-D", "-e", "-f", str(layout.sshd_config)]
         return commands
 
     def _write_files(self, files: dict[str, str], progress: Progress) -> None:
@@ -293,6 +314,19 @@ class LocalCluster:
             with os.fdopen(descriptor, "w") as handle:
                 handle.write(text)
         shutil.copytree(_mariadb_template(progress), layout.mysql_data)
+        if config.ssh:
+            self._make_ssh_keys()
+
+    def _make_ssh_keys(self) -> None:
+        """A host key for the head node's sshd and a key that logs in to it, made for this cluster."""
+        layout = self.layout
+        for key in (layout.ssh_host_key, layout.ssh_client_key):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"clusterkit-{self.name}",
+                            "-f", str(key)], check=True, capture_output=True)
+        layout.authorized_keys.write_text(Path(f"{layout.ssh_client_key}.pub").read_text())
+        host_key = Path(f"{layout.ssh_host_key}.pub").read_text().split()[:2]
+        layout.known_hosts.write_text(f"[127.0.0.1]:{self.config.sshd_port} {' '.join(host_key)}\n")
+        SSHD_PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
 
     def _spawn(self, key: str, **extra_env: str) -> int:
         env = dict(os.environ, SLURM_CONF=str(self.layout.slurm_conf), **extra_env)
@@ -334,13 +368,14 @@ class LocalCluster:
             "mariadb": (lambda: layout.mysql_socket.exists(), "mariadb.log"),
             "slurmdbd": (lambda: processes.port_listening(self.config.slurmdbd_port), "slurmdbd.log"),
             "slurmctld": (lambda: processes.port_listening(self.config.slurmctld_port), "slurmctld.log"),
+            "sshd": (lambda: processes.port_listening(self.config.sshd_port), "sshd.stdout"),
         }[key]
 
     def restart_daemon(self, key: str = "slurmctld", progress: Progress = quiet) -> int:
         """Stop daemon `key` if it runs, start it again, wait until it serves; returns its new pid.
         Jobs survive a controller restart (their state is saved); nodes reconnect by themselves."""
-        if key not in DAEMONS:
-            raise ClusterkitError(f"no daemon {key!r} in a local cluster",
+        if key not in DAEMONS or (key == "sshd" and not self.config.ssh):
+            raise ClusterkitError(f"no daemon {key!r} in local cluster {self.name!r}",
                                   fix=f"restart one of: {', '.join(DAEMONS)} (a node: `clusterkit local "
                                       "start-node`)")
         running = self._ours(key)
@@ -381,6 +416,10 @@ class LocalCluster:
             self._start_slurmd(node)
         self._wait_for_daemon("slurmctld", *self._readiness("slurmctld", pid))
         self._wait_for_nodes_up(self.config.node_names)
+        if self.config.ssh:
+            progress(f"starting sshd on 127.0.0.1:{self.config.sshd_port}")
+            pid = self._spawn("sshd")
+            self._wait_for_daemon("sshd", *self._readiness("sshd", pid))
         progress(f"cluster {self.name!r} is up: {self.config.nodes} nodes")
 
     def _wait_for_daemon(self, key: str, ready: Callable[[], bool], log_name: str) -> None:
@@ -440,8 +479,16 @@ class LocalCluster:
             name=self.name, provider=PROVIDER, status=status, created=self.record.created, nodes=tuple(nodes),
             details={"slurm_conf": str(self.layout.slurm_conf), "directory": str(self.layout.root),
                      "ports": {"slurmctld": self.config.slurmctld_port, "slurmdbd": self.config.slurmdbd_port},
-                     "daemons": daemons},
+                     "daemons": daemons, "python": sys.executable,
+                     **({"ssh": self.ssh_target().to_dict()} if self.config.ssh else {})},
             where=f"with {self.config.nodes} nodes; use Slurm directly: export SLURM_CONF={self.layout.slurm_conf}")
+
+    def ssh_target(self) -> SshTarget:
+        """How to reach the head node from elsewhere (`create-cluster --ssh`): what `clusterkit connect` takes."""
+        if not self.config.ssh:
+            raise ClusterkitError(f"local cluster {self.name!r} has no sshd", fix="create it with --ssh")
+        return SshTarget(host="127.0.0.1", user="root", port=self.config.sshd_port,
+                         identity_file=str(self.layout.ssh_client_key), known_hosts_file=str(self.layout.known_hosts))
 
     def resize(self, queue: str, max_count: int, min_count: int | None = None, compute_resource: str | None = None,
                progress: Progress = quiet) -> dict[str, Any]:
@@ -508,6 +555,8 @@ class LocalCluster:
         namespaces = [ns for ns in (self._node_namespace(node) for node in self.config.node_names) if ns]
         daemons = [pid for pid in (self._ours(key) for key in self.pids) if pid is not None]
         leftovers = [pid for ns in namespaces for pid in processes.pids_in_mount_namespace(ns)]
-        processes.stop_pids(daemons + leftovers)
+        sshd = self._ours("sshd")
+        sessions = processes.descendants(sshd) if sshd else []  # logins (and shared connections) to the head node
+        processes.stop_pids(daemons + leftovers + sessions)
         # Job processes that outlived their slurmd would keep ports and files busy.
         processes.kill_all(pid for ns in namespaces for pid in processes.pids_in_mount_namespace(ns))

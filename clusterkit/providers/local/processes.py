@@ -167,6 +167,25 @@ def pids_in_mount_namespace(namespace: str) -> list[int]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` in the process tree (children, their children, ...)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, frontier = [], [pid]
+    while frontier:
+        below = children.get(frontier.pop(), [])
+        found += below
+        frontier += below
+    return found
+
+
 def kill_all(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
     for pid in pids:
         try:
