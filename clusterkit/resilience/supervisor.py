@@ -34,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterkit import runtime
@@ -58,6 +58,7 @@ _ENDED_BY_SLURM = {"PREEMPTED": "preemption", "TIMEOUT": "time_limit"}
 class StepOutcome:
     exit_code: int | None  # None: we stopped it
     hang_evidence: str = ""
+    bad_nodes: dict[str, str] = field(default_factory=dict)  # the check that ran beside the step found them
     signalled: bool = False  # the job was warned: save and requeue (time limit, preemption)
     terminated: bool = False  # Slurm is ending the job
 
@@ -228,11 +229,16 @@ class Supervisor:
         return 1
 
     # ----- the step -----------------------------------------------------------------------------
-    def run_step(self, try_number: int) -> StepOutcome:
+    def run_step(self, try_number: int, precheck: concurrent.futures.Future | None = None) -> StepOutcome:
+        """Run the step once. `precheck`: the nodes' health check, still running beside the step (it is
+        off the resume's critical path); a bad node it finds stops the step."""
         heartbeats = self.state_dir / runtime.HEARTBEATS_DIR_NAME / f"{self.attempt}.{try_number}"
         heartbeats.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, **{runtime.HEARTBEAT_DIR_ENV: str(heartbeats),
                                   runtime.ATTEMPT_ID_ENV: f"{self.attempt}.{try_number}"})
+        # A line in the job's log with the time: where a resume's seconds go can be read from it.
+        print(f"clusterkit supervisor: starting the step (attempt {self.attempt}, try {try_number}) at "
+              f"{time.time():.3f}", file=sys.stderr, flush=True)
         process = subprocess.Popen(self.step, env=env, start_new_session=True)
         progress: dict[int, tuple[int, float]] = {}  # rank -> (step, when we saw it change)
         while True:
@@ -251,6 +257,12 @@ class Supervisor:
                 left = self.warned_with_time_left
                 self._stop(process, grace=max(left - REQUEUE_MARGIN_S, 5.0) if left is not None else STOP_GRACE_S)
                 return StepOutcome(process.returncode, signalled=True)
+            if precheck is not None and precheck.done():
+                bad = precheck.result()
+                precheck = None
+                if bad:
+                    self._stop(process)
+                    return StepOutcome(None, bad_nodes=bad)
             evidence = self._hang_evidence(heartbeats, progress)
             if evidence:
                 self._stop(process)
@@ -299,6 +311,8 @@ class Supervisor:
 
     # ----- the loop -----------------------------------------------------------------------------
     def run(self) -> int:
+        print(f"clusterkit supervisor: attempt {self.attempt} started at {time.time():.3f}", file=sys.stderr,
+              flush=True)
         try:
             self.run_state.open()
         except OSError as error:
@@ -319,13 +333,17 @@ class Supervisor:
                         free_bytes=_free_bytes(self.checkpoint_dir or self.state_dir.parent))
             return 1
         nodes = self.allocation_nodes()
-        if self.precheck:
-            bad = self.unhealthy_nodes(nodes)
-            if bad:
-                return self.node_failure("before the step: " + "; ".join(bad.values()), bad, budget)
+        # The health check of every node runs beside the first try of the step, not before it: a resume
+        # does not wait for it, and a bad node it finds stops the step.
+        checker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="clusterkit-precheck")
+        precheck = checker.submit(self.unhealthy_nodes, nodes) if self.precheck else None
+        checker.shutdown(wait=False)
         try_number = 0
         while True:
-            outcome = self.run_step(try_number)
+            outcome = self.run_step(try_number, precheck if try_number == 0 else None)
+            if outcome.bad_nodes:
+                return self.node_failure("the check beside the step: " + "; ".join(outcome.bad_nodes.values()),
+                                         outcome.bad_nodes, budget)
             if outcome.terminated:
                 self.decide(TERMINATED, "Slurm terminated the job (cancelled, a node failed, or the time "
                             "limit); Slurm requeues it if it is requeueable", exit_code=outcome.exit_code)

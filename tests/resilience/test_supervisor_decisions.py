@@ -52,12 +52,20 @@ def test_a_sick_node_is_drained_with_its_evidence_and_the_job_requeued(tmp_path)
     assert slurm.requeued == ["42"]
 
 
-def test_a_sick_node_found_before_the_step_never_runs_it(tmp_path):
+def test_a_sick_node_found_beside_the_step_stops_it(tmp_path):
     slurm = ScriptedSlurm(sick={"n1": "EFA 2 of 4"}, queued={"42": "RUNNING"})
-    marker = tmp_path / "ran"
-    code, made = supervise(tmp_path, f"open({str(marker)!r}, 'w')", slurm, precheck=True)
-    assert made[0]["decision"] == "node_failure" and "before the step" in made[0]["evidence"]
-    assert not marker.exists() and slurm.requeued == ["42"]
+    marker = tmp_path / "finished"
+    step = f"import time; time.sleep(30); open({str(marker)!r}, 'w')"
+    code, made = supervise(tmp_path, step, slurm, precheck=True)
+    assert made[0]["decision"] == "node_failure" and "the check beside the step" in made[0]["evidence"]
+    assert "EFA 2 of 4" in made[0]["evidence"] and made[0]["nodes"] == ["n1"]
+    assert not marker.exists() and slurm.requeued == ["42"] and slurm.drained == [("n1", "clusterkit: "
+                                                                                       "injected-fault: EFA 2 of 4")]
+
+
+def test_the_check_beside_the_step_does_not_hold_a_healthy_step_up(tmp_path):
+    code, made = supervise(tmp_path, "raise SystemExit(0)", ScriptedSlurm(queued={"42": "RUNNING"}), precheck=True)
+    assert code == 0 and [d["decision"] for d in made] == ["completed"]
 
 
 def test_a_hang_is_detected_by_heartbeats_and_the_step_retried(tmp_path):
