@@ -86,7 +86,8 @@ def one_recovery(cluster, checkpoint_every: int, steps: int) -> dict[str, float]
             "running_to_supervisor_s": supervisor_started - running,
             "supervisor_to_step_start_s": step_started - supervisor_started,
             "step_start_to_first_step_s": first_resumed - step_started,
-            "beyond_slurm_requeue_s": first_resumed - requeued, "crash_to_first_resumed_step_s": first_resumed - crashed,
+            "beyond_slurm_requeue_s": first_resumed - requeued,
+            "crash_to_first_resumed_step_s": first_resumed - crashed,
             "steps_lost": step_at_crash - resumed_step, "checkpoint_interval": checkpoint_every}
 
 
