@@ -143,7 +143,7 @@ def test_no_slurm_on_the_far_side_is_one_line(laptop, local_cluster):
         slurm.run("sinfo")
 
 
-STEPS = 40
+from tests.conftest import RESILIENT_STEPS as STEPS
 
 
 def resilient_spec(**changes: object) -> dict:
@@ -153,15 +153,6 @@ def resilient_spec(**changes: object) -> dict:
             "env": {"TRAIN_STEPS": str(STEPS), "STEP_SECONDS": "0.15"}}
     spec.update(changes)
     return spec
-
-
-@pytest.fixture(scope="module")
-def uninterrupted_digest(tmp_path_factory) -> str:
-    run = tmp_path_factory.mktemp("uninterrupted")
-    env = dict(os.environ, TRAIN_STEPS=str(STEPS), STEP_SECONDS="0", CLUSTERKIT_CHECKPOINT_DIR=str(run))
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                    str(REPO / "examples/train_resilient.py")], env=env, check=True, capture_output=True)
-    return (run / "final_weights.sha256").read_text().strip()
 
 
 def final_digest(handle) -> str:  # noqa: ANN001 - a JobHandle
