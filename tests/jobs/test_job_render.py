@@ -86,20 +86,48 @@ def test_run_identity_is_exported_only_when_set() -> None:
         assert line in script.splitlines()
 
 
+@pytest.mark.parametrize(("layout", "found"), [
+    ("amazon/ofi-nccl/lib/x86_64-linux-gnu", "amazon/ofi-nccl/lib/x86_64-linux-gnu"),  # EFA installer, Debian-style
+    ("amazon/ofi-nccl/lib", "amazon/ofi-nccl/lib"),  # EFA installer, RPM-style
+    ("aws-ofi-nccl/lib", "aws-ofi-nccl/lib"),  # built from source
+    ("nothing", None),
+])
+def test_the_plugin_directory_is_found_on_the_node(fake_slurm, layout: str, found: str | None) -> None:
+    opt = fake_slurm.root / "opt"
+    (opt / layout).mkdir(parents=True)
+    script = render_sbatch(make_spec(instance="p4de", launcher="srun", command=["env"])).replace("/opt/", f"{opt}/")
+    fake_slurm.link("env", "/usr/bin/env")
+    result = fake_slurm.run(script, extra_env={"LD_LIBRARY_PATH": "/usr/lib/mine", "HOSTTYPE": "x86_64"})
+    assert result.returncode == 0, result.stderr
+    expected = f"{opt}/{found}:/usr/lib/mine" if found else "/usr/lib/mine"
+    assert f"LD_LIBRARY_PATH={expected}\n" in result.stdout
+
+
 def test_library_path_only_on_bare_hosts() -> None:
-    line = 'export LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'
-    assert line in render_sbatch(make_spec(instance="p4de")).splitlines()
+    assert "LD_LIBRARY_PATH" in render_sbatch(make_spec(instance="p4de"))
     in_container = make_spec(instance="p4de", container={"runtime": "pyxis", "image": "/fsx/a.sqsh"})
     assert "LD_LIBRARY_PATH" not in render_sbatch(in_container)
 
 
-def test_docker_gets_devices_and_environment_names() -> None:
+def test_docker_gets_the_nodes_devices_and_environment_names(fake_slurm) -> None:
     script = render_sbatch(make_spec(instance="trn1", launcher="neuron", env={"MY_VAR": "x"},
-                                     container={"runtime": "docker", "image": "example.com/neuron:1"}))
-    assert script.count("--device /dev/infiniband/uverbs") == 2 * 8  # 8 EFA interfaces, two steps
-    assert script.count("--device /dev/neuron") == 2 * 16
+                                     container={"runtime": "docker", "image": "example.com/neuron:1",
+                                                "mounts": ["/fsx"]}))
     assert "--env MY_VAR" in script and "--env NEURON_CC_FLAGS" in script
     assert "--gpus all" not in script
+    # Devices are those the node has, not the catalog's count.
+    dev = fake_slurm.root / "dev"
+    for device in ("infiniband/uverbs0", "infiniband/uverbs1", "neuron0"):
+        (dev / device).parent.mkdir(parents=True, exist_ok=True)
+        (dev / device).touch()
+    result = fake_slurm.run(script.replace("/dev/infiniband", f"{dev}/infiniband").replace("/dev/neuron", f"{dev}/neuron"),
+                            extra_env={"SLURM_RESTART_COUNT": "0"})
+    assert result.returncode == 0, result.stderr
+    runs = [call.argv for call in fake_slurm.calls("docker") if call.argv[0] == "run"]
+    assert len(runs) == 2  # compile pass and training
+    for argv in runs:
+        devices = [argv[i + 1] for i, word in enumerate(argv) if word == "--device"]
+        assert devices == [f"{dev}/infiniband/uverbs0", f"{dev}/infiniband/uverbs1", f"{dev}/neuron0"]
 
 
 def test_a_spec_with_errors_is_not_rendered() -> None:

@@ -30,7 +30,7 @@ def test_defaults() -> None:
     spec = job_from_dict({"name": "j", "command": ["train.py"]})
     assert spec.requeue is True and spec.exclusive is False and spec.nodes == 1
     assert spec.logs.output == "logs/%x_%j.out" and spec.logs.error is None
-    assert spec.launcher.kind == "torchrun" and spec.launcher.port == 29500
+    assert spec.launcher.kind == "torchrun" and spec.launcher.port is None  # derived from the job
     assert spec.container.runtime == "none" and spec.instance is None and spec.processes == 1
     assert validate_job(spec) == []
 
@@ -148,7 +148,7 @@ def test_not_a_mapping_and_bad_yaml(tmp_path: Path) -> None:
     ({"time": 0}, "time", Level.ERROR),
     ({"stack": {"aws_ofi_nccl": "1.7\ntouch pwned\n#"}}, "stack.aws_ofi_nccl", Level.ERROR),
     ({"name": "two\nlines"}, "name", Level.ERROR),
-    ({"name": "a/b"}, "name", Level.WARNING),
+    ({"name": "a/b"}, "name", Level.ERROR),  # with %x in the log path: the log would leave its directory
     ({"time": "4 hours"}, "time", Level.ERROR),
     ({"signal": "USR1 at 120"}, "signal", Level.ERROR),
     ({"partition": "gpu queue"}, "partition", Level.ERROR),
