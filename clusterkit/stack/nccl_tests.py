@@ -205,7 +205,7 @@ def _nccom_command(instance: InstanceType, nodes: int) -> list[str]:
               'while [[ -n $rest ]]; do printf -v code "%d" "\'${rest:0:1}"; '
               f'hash=$(( (hash * 31 + code) % {PORT_SPAN} )); rest=${{rest:1}}; done; '
               f'export NEURON_RT_ROOT_COMM_ID="${{hosts[0]}}:$(( {PORT_BASE} + (SLURM_JOB_ID + hash) % {PORT_SPAN} ))"; '
-              f'exec nccom-test {args} --hosts "${{hosts[@]}}"')
+              f'exec nccom-test {args} --hosts ${{hosts[@]+"${{hosts[@]}}"}}')
     return ["bash", "-c", script, "nccom-test"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,7 @@ def split_sbatch_line(text: str) -> list[str]:
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_values_reach_the_program_byte_for_byte(fake_slurm: FakeSlurm, runtime: str, launcher: str) -> None:
     marker = fake_slurm.root / "pwned"
+    fake_slurm.link("touch", shutil.which("touch") or "/usr/bin/touch")  # what a value would run
     spec = nasty_spec(marker, runtime, launcher)
     result = fake_slurm.run(render_sbatch(spec), extra_env={"SLURM_RESTART_COUNT": "0"})  # a first start
     assert result.returncode == 0, result.stderr

@@ -145,7 +145,7 @@ def test_trainium_job_runs_nccom_test_across_nodes(nodes: int) -> None:
     assert "nccom-test" in text and f"--nworkers {32 * nodes}" in text and f"--nnodes {nodes}" in text
     assert "--maxbytes 4gb" in text  # 16 GiB per NeuronCore: three 4 GiB buffers and room
     if nodes > 1:
-        assert '--hosts "${hosts[@]}"' in text and "NEURON_RT_ROOT_COMM_ID" in text
+        assert '--hosts ${hosts[@]+"${hosts[@]}"}' in text and "NEURON_RT_ROOT_COMM_ID" in text
     render_sbatch(spec)
 
 
