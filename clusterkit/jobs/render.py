@@ -168,10 +168,12 @@ def sbatch_context(spec: JobSpec) -> dict[str, Any]:
 
 def _task_functions(launcher: str, container_runtime: str) -> list[str]:
     """The script's functions a task needs besides its step function (declared into its shell)."""
-    functions = ["clusterkit_rdzv_host", "clusterkit_rdzv_port"] if launcher in ("torchrun", "neuron") else []
+    functions = []
+    if launcher in ("torchrun", "neuron"):
+        functions += ["clusterkit_rdzv_host", "clusterkit_rdzv_port", "clusterkit_wait", "clusterkit_stopped_as_asked"]
     if container_runtime == "docker":
-        functions += ["clusterkit_wait", "clusterkit_docker", "clusterkit_docker_cleanup"]
-    return functions
+        functions += ["clusterkit_wait", "clusterkit_stopped_as_asked", "clusterkit_docker", "clusterkit_docker_cleanup"]
+    return list(dict.fromkeys(functions))
 
 
 def _stop_signal_note(launcher: str, container_runtime: str, container_stop: str) -> str:

@@ -47,9 +47,10 @@ case $command in
     printf '%s' "$user" > "$dir/user"
     printf '%s' "$label" > "$dir/label"
     printf 'started %s on %s as %s\n' "$name" "${SLURMD_NODENAME:-?}" "$user" >> "$state/events.log"
-    # The container: its own session, re-parented away from this client (double fork), with an init
-    # that passes TERM/USR1/USR2 on to the program.
-    (setsid bash -c '
+    # The container: its own session, re-parented away from this client (double fork), with signals as
+    # a fresh process has them (not as the client inherited them), and an init that passes
+    # TERM/USR1/USR2 on to the program.
+    (env --default-signal setsid bash -c '
       echo $$ > "$1/pid"; shift
       "$@" &
       child=$!

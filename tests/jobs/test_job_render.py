@@ -168,3 +168,35 @@ def unused_tcp_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_a_docker_container_runs_as_the_user_who_runs_the_job() -> None:
+    """The task's own uid and gid go to `docker run --user` (run here as nobody, through the fake Slurm)."""
+    import os
+    import shutil
+    import tempfile
+
+    from tests.fakes import make_fake_slurm
+
+    setpriv = shutil.which("setpriv")
+    if os.getuid() != 0 or not setpriv:
+        pytest.skip("needs root and setpriv to run the script as another user")
+    root = Path(tempfile.mkdtemp(prefix="ck-uid-"))
+    try:
+        root.chmod(0o777)
+        fake = make_fake_slurm(root)
+        for path in (fake.bin, fake.log):
+            path.chmod(0o777)
+        script = root / "job.sbatch"
+        script.write_text(render_sbatch(make_spec(container={"runtime": "docker", "image": "example.com/x:1"},
+                                                  launcher="srun", command=["prog"])))
+        env = {"PATH": str(fake.bin), "CK_SHIM_LOG": str(fake.log), "SLURM_JOB_ID": "42",
+               "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "localhost", "HOME": str(root)}
+        result = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/bash",
+                                 str(script)], env=env, cwd=root, capture_output=True, text=True, timeout=30)
+        assert result.returncode == 0, result.stderr
+        (run,) = [call.argv for call in fake.calls("docker") if call.argv[0] == "run"]
+        assert run[run.index("--user") + 1] == "65534:65534"
+        assert "--init" in run and run[run.index("--name") + 1] == "clusterkit-slurm-42-0-0"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

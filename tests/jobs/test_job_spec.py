@@ -252,7 +252,7 @@ def test_validation_findings(fields: dict, path: str, level: Level) -> None:
     {"instance": "p4de", "stack": {"aws_ofi_nccl": "1.6.0"}, "env": {"NCCL_PROTO": "simple"}},
     {"container": {"runtime": "pyxis", "image": "/fsx/i.sqsh", "mounts": ["/fsx"]}, "workdir": "/fsx/w",
      "checkpoint_dir": "ckpt"},
-    {"container": {"runtime": "pyxis", "image": "/fsx/i.sqsh"}, "workdir": "/home/me/w"},  # pyxis mounts home
+    {"container": {"runtime": "apptainer", "image": "/fsx/i.sif"}, "workdir": "/home/me/w"},  # apptainer binds home
     {"container": {"runtime": "docker", "image": "x:1"}, "workdir": "/workspace", "command": ["/opt/app/run"]},
     {"env": {"PATH": "/opt/venv/bin:/usr/bin"}},
 ])
