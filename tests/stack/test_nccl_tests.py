@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from clusterkit.catalog import instance_type
-from clusterkit.errors import ClusterkitError
 from clusterkit.jobs.render import render_sbatch
 from clusterkit.stack.doctor import Status
 from clusterkit.catalog import INSTANCE_TYPES
