@@ -206,3 +206,27 @@ def test_neuron_compile_pass_runs_first_and_can_be_skipped(fake_slurm: FakeSlurm
 
     skipped = make_spec(instance="trn1", launcher={"type": "neuron", "compile": False})
     assert "neuron_parallel_compile" not in render_sbatch(skipped)
+
+
+@pytest.mark.parametrize("cluster", ["", "other", "third", "pytest", "ml_p5_prod"])
+def test_the_rendezvous_port_comes_from_the_job_and_its_cluster(fake_slurm: FakeSlurm, cluster: str) -> None:
+    # Jobs of two local clusters can both be job 3 on 127.0.0.1: the cluster's name tells their ports apart.
+    result = fake_slurm.run(render_sbatch(make_spec(nodes=2)), nodelist="localhost",
+                            extra_env={"SLURM_JOB_ID": "3", "SLURM_CLUSTER_NAME": cluster})
+    assert result.returncode == 0, result.stderr
+    (torchrun,) = fake_slurm.calls("torchrun")
+    assert f"--rdzv_endpoint=localhost:{rendezvous_port(3, cluster)}" in torchrun.argv
+    assert 20000 <= rendezvous_port(3, cluster) < 32000
+
+
+def test_ports_of_the_same_job_id_on_two_clusters_differ() -> None:
+    assert len({rendezvous_port(3, name) for name in ("other", "third", "pytest", "dev")}) == 4
+    assert rendezvous_port(41, "dev") != rendezvous_port(42, "dev")
+
+
+def test_a_fixed_port_is_kept(fake_slurm: FakeSlurm) -> None:
+    result = fake_slurm.run(render_sbatch(make_spec(nodes=2, launcher={"type": "torchrun", "port": 29400})),
+                            nodelist="localhost")
+    assert result.returncode == 0, result.stderr
+    (torchrun,) = fake_slurm.calls("torchrun")
+    assert "--rdzv_endpoint=localhost:29400" in torchrun.argv
