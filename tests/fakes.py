@@ -87,7 +87,7 @@ while [[ $# -gt 0 && $1 == -* ]]; do shift; done
 export SLURM_JOB_NODELIST=${CK_STEP_NODELIST:-$SLURM_JOB_NODELIST}
 pids=()
 for ((node = 0; node < ${CK_SRUN_COPIES:-1}; node++)); do
-  SLURM_NODEID=$node "$@" &
+  SLURM_NODEID=$node SLURM_PROCID=$node "$@" &
   pids+=($!)
 done
 status=0
@@ -114,8 +114,8 @@ printf '%s\0' "$@" > "$log.argv"
 printf '%s' "${CK_NASTY-unset}" > "$log.env"
 """
 
-RECORDED_PROGRAMS = ("torchrun", "neuron_parallel_compile", "docker", "apptainer", "python", "prog")
-HOST_TOOLS = ("bash", "date", "head")
+RECORDED_PROGRAMS = ("torchrun", "neuron_parallel_compile", "docker", "apptainer", "python", "prog", "scancel")
+HOST_TOOLS = ("bash", "date", "head", "id", "sed", "sleep")
 
 
 @dataclass

@@ -49,11 +49,15 @@ def pyxis(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) ->
     if spec.container.runtime != "pyxis":
         return []
     help_text = slurm.run("srun", "--help", check=False).stdout
-    if "--container-image" in help_text:
-        return []
-    return [Finding(Level.ERROR, "container.runtime", "the pyxis plugin is not loaded on this cluster: "
-                    "srun does not know --container-image", fix="enable pyxis (plugstack.conf), or use "
-                    "runtime: docker, apptainer or none", value="pyxis")]
+    if "--container-image" not in help_text:
+        return [Finding(Level.ERROR, "container.runtime", "the pyxis plugin is not loaded on this cluster: "
+                        "srun does not know --container-image", fix="enable pyxis (plugstack.conf), or use "
+                        "runtime: docker, apptainer or none", value="pyxis")]
+    if "--container-env" not in help_text:
+        return [Finding(Level.ERROR, "container.runtime", "this cluster's pyxis has no --container-env: the "
+                        "image's environment would override the job's presets and env", fix="upgrade pyxis "
+                        "(NVIDIA/pyxis), or use runtime: apptainer or docker", value="pyxis")]
+    return []
 
 
 @rule
