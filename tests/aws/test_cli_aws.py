@@ -198,15 +198,21 @@ def test_dry_run_stays_offline(aws_env: None, capsys: pytest.CaptureFixture, mon
 def test_output_config_is_the_same_bytes_with_and_without_dry_run(backend: FakeParallelCluster,
                                                                   capsys: pytest.CaptureFixture,
                                                                   tmp_path: Path) -> None:
+    """When the spec names everything a create would otherwise fill in (here: the subnet and the scripts
+    bucket; a custom AMI would be given by id), the dry run writes the config the create uses."""
     import boto3
 
     ec2 = boto3.client("ec2", region_name=REGION)
     vpc = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="172.31.192.0/20",
                                AvailabilityZone="us-east-1b")["Subnet"]["SubnetId"]
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "cluster-configs" / "p4de.yaml").read_text())
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump({**spec, "scripts_bucket": "team-cluster-scripts", "subnet_id": subnet}))
     dry, real = tmp_path / "dry.yaml", tmp_path / "real.yaml"
-    assert create(capsys, "--subnet-id", subnet, "--dry-run", "--output-config", str(dry))[0] == 0
-    code, _, err = create(capsys, "--subnet-id", subnet, "--output-config", str(real))
+    source = ("create-cluster", "--file", str(spec_file), "--name", "train")
+    assert run(capsys, *source, "--dry-run", "--output-config", str(dry))[0] == 0
+    code, _, err = run(capsys, *source, "--output-config", str(real))
     assert code == 0, err
     assert dry.read_bytes() == real.read_bytes()
     # ... and the cluster's own copy, and what ParallelCluster was given, are that config too.
