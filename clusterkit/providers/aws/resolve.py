@@ -268,13 +268,13 @@ def _choose_subnet(resolution: Resolution, lookup: _Lookup, reservations: dict[s
                f"where {', '.join(types)} are offered",
                "create a subnet in one of those zones and pass --subnet-id")
         return
-    # Instances with several network cards get no public IP: ParallelCluster wants them in a private subnet.
-    multi_card = [t for t in sorted({c.instance_type for _, _, c in computes}) if lookup.network_cards(t) > 1]
-    if multi_card:
+    # Instances with several network interfaces get no public IP: ParallelCluster wants them in a private subnet.
+    private_only = _without_public_ip(lookup, [compute for _, _, compute in computes])
+    if private_only:
         candidates = [subnet for subnet in candidates if not subnet.get("MapPublicIpOnLaunch")]
         if not candidates:
             _error(resolution, "subnet_id",
-                   f"{', '.join(multi_card)} need a private subnet (several network cards get no public IP), and "
+                   f"{', '.join(private_only)} need a private subnet (they get no public IP), and "
                    f"the default VPC {vpc['VpcId']} in {region} has none in {', '.join(sorted(zones))}",
                    "create a private subnet with a route to a NAT gateway there and pass --subnet-id")
             return
@@ -286,6 +286,19 @@ def _choose_subnet(resolution: Resolution, lookup: _Lookup, reservations: dict[s
                              vpc_id=vpc["VpcId"])
 
 
+def _without_public_ip(lookup: _Lookup, computes: list[ComputeSpec]) -> list[str]:
+    """The instance types (and why) that launch with several network interfaces, which AWS gives no public
+    IP: types with several network cards, and every EFA compute resource (ParallelCluster 3.16 adds an
+    EFA-only interface even to single-card types)."""
+    reasons = {}
+    for compute in computes:
+        if lookup.network_cards(compute.instance_type) > 1:
+            reasons[compute.instance_type] = f"{compute.instance_type} (several network cards)"
+        elif compute.efa_enabled:
+            reasons.setdefault(compute.instance_type, f"{compute.instance_type} (EFA)")
+    return [reasons[name] for name in sorted(reasons)]
+
+
 def _check_subnets(resolution: Resolution, lookup: _Lookup, reservations: dict[str, dict[str, Any]]) -> None:
     spec, region = resolution.spec, lookup.region
     head_subnet = spec.head_node.subnet_id or spec.subnet_id
@@ -293,6 +306,7 @@ def _check_subnets(resolution: Resolution, lookup: _Lookup, reservations: dict[s
         return  # choosing failed and said why
     # Each (field, subnet) once, with every instance type that will launch there.
     needs: dict[tuple[str, str], set[str]] = {}
+    private: dict[tuple[str, str], list[ComputeSpec]] = {}  # the compute resources each subnet launches
     head_path = "head_node.subnet_id" if spec.head_node.subnet_id else "subnet_id"
     needs.setdefault((head_path, head_subnet), set()).add(spec.head_node.instance_type)
     for p, pool in enumerate(spec.login_nodes):
@@ -303,9 +317,11 @@ def _check_subnets(resolution: Resolution, lookup: _Lookup, reservations: dict[s
                  if queue.subnet_ids else ["subnet_id"])
         for path, subnet_id in zip(paths, spec.queue_subnets(queue)):
             needs.setdefault((path, subnet_id), set()).update(c.instance_type for c in queue.compute)
+            private.setdefault((path, subnet_id), []).extend(queue.compute)
     zone_of: dict[str, str] = {}
     for (path, subnet_id), instance_types in needs.items():
-        subnet = _check_subnet(resolution, lookup, path, subnet_id, sorted(instance_types))
+        subnet = _check_subnet(resolution, lookup, path, subnet_id, sorted(instance_types),
+                               _without_public_ip(lookup, private.get((path, subnet_id), [])))
         if subnet is not None:
             zone_of[subnet_id] = subnet["AvailabilityZone"]
 
@@ -323,18 +339,19 @@ def _check_subnets(resolution: Resolution, lookup: _Lookup, reservations: dict[s
 
 
 def _check_subnet(resolution: Resolution, lookup: _Lookup, path: str, subnet_id: str,
-                  instance_types: list[str]) -> dict[str, Any] | None:
-    """The subnet, when it exists; a finding for each instance type its Availability Zone lacks."""
+                  instance_types: list[str], private_only: list[str]) -> dict[str, Any] | None:
+    """The subnet, when it exists; a finding for each instance type its Availability Zone lacks, and one
+    when it gives public IPs to instances that cannot have one."""
     subnet = lookup.subnet(subnet_id)
     if subnet is None:
         _error(resolution, path, f"subnet {subnet_id} not found in {lookup.region}",
                "check the id and --region (`aws ec2 describe-subnets`)", subnet_id)
         return None
     zone = subnet["AvailabilityZone"]
-    multi_card = [t for t in instance_types if lookup.network_cards(t) > 1]
-    if multi_card and subnet.get("MapPublicIpOnLaunch"):
-        _error(resolution, path, f"subnet {subnet_id} gives public IPs, which {', '.join(multi_card)} (several "
-               "network cards) cannot have", "use a private subnet with a route to a NAT gateway", subnet_id)
+    if private_only and subnet.get("MapPublicIpOnLaunch"):
+        _error(resolution, path, f"subnet {subnet_id} gives public IPs, which {', '.join(private_only)} cannot "
+               "have", "use a private subnet with a route to a NAT gateway (a public head node can keep "
+               "head_node.subnet_id)", subnet_id)
     for instance_type in instance_types:
         offered = lookup.azs_offering(instance_type)
         if zone in offered:
