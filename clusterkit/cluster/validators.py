@@ -126,6 +126,7 @@ SLURM_SECOND_SETTING_RE = re.compile(r"\s[A-Za-z][A-Za-z0-9]*=")
 LOG_RETENTION_DAYS = (0, 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653)
 SECRET_ARN_RE = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+")
 DATABASE_URI_RE = re.compile(r"(?P<host>[A-Za-z0-9.-]+)(:(?P<port>\d{1,5}))?")
+DATABASE_USER_RE = re.compile(r"[A-Za-z0-9_.@-]{1,32}")  # one word: it lands in slurmdbd.conf
 SCRIPT_URL_RE = re.compile(r"(s3|https)://[^\s]+")
 POLICY_ARN_RE = re.compile(r"arn:aws[a-z-]*:iam::(aws|\d{12}):policy/[\w+=,.@/-]{1,512}")
 POLICY_NAME_RE = re.compile(r"[\w+=,.@-]{1,128}")
@@ -861,6 +862,9 @@ def slurm_accounting(spec: ClusterSpec) -> Iterator[Finding]:
                      accounting.uri)
     elif uri["port"] is not None and not 0 < int(uri["port"]) < 65536:
         yield _error("slurm.accounting.uri", f"port {uri['port']} is not a TCP port", "e.g. 3306", accounting.uri)
+    if not _full(DATABASE_USER_RE, accounting.user_name):
+        yield _error("slurm.accounting.user_name", "the database user is one word of letters, digits and _ . @ - "
+                     "(at most 32; it is written into slurmdbd.conf)", "e.g. slurm", accounting.user_name)
     if not _full(SECRET_ARN_RE, accounting.password_secret_arn):
         yield _error("slurm.accounting.password_secret_arn", "the database password must be a Secrets Manager "
                      "secret ARN, never the password itself", "store it in Secrets Manager and give its ARN",

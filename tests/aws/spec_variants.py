@@ -525,6 +525,9 @@ STRICTER: list[Stricter] = [
              "tag keys starting with 'aws:' are reserved by AWS: CloudFormation refuses the stack"),
     Stricter(V("tag-value-bang", {"tags": {"team": "ml!"}}),
              "AWS tag values hold letters, digits, spaces and _ . : / = + - @ only: EC2 refuses the tag"),
+    Stricter(V("accounting-user-two-words", {"slurm.accounting": lambda w: {
+        "uri": "db.example.com:3306", "user_name": "slurm SlurmUser=root", "password_secret_arn": w.secret_arn}}),
+             "the database user is written into slurmdbd.conf, where a second word is a second setting"),
     Stricter(V("scripts-bucket-malformed", {"scripts_bucket": "Team_Scripts"}),
              "not an S3 bucket name: clusterkit's node scripts could not be uploaded"),
 ]

@@ -207,6 +207,8 @@ CASES = [
      "storage.ebs[0].size_gib", "no size_gib gives a default st1 volume of 40 GiB"),
     ("accounting-scheme", {"slurm.accounting": {**ACCOUNTING, "uri": "mysql://db.example.com:3306"}}, E,
      "slurm.accounting.uri", "host:port (no scheme"),
+    ("accounting-user", {"slurm.accounting": {**ACCOUNTING, "user_name": "slurm SlurmUser=root"}}, E,
+     "slurm.accounting.user_name", "one word"),
     ("slurm-hidden-setting", {"slurm.custom_settings": {"SchedulerParameters": "x SlurmctldHost=evil"}}, E,
      "slurm.custom_settings.SchedulerParameters", "hides a second `Key=value`"),
     ("slurm-newline", {"slurm.custom_settings": {"MaxJobCount": "1\nSlurmctldHost=evil"}}, E,
