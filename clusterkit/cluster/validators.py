@@ -141,8 +141,10 @@ MAX_TEXT_CHARS = 4096
 
 
 def validate(spec: ClusterSpec) -> list[Finding]:
-    """Run every rule on the spec; errors first, then warnings and infos, each in rule order."""
-    return CLUSTER_RULES.check(spec)
+    """Run every rule on the spec; errors first, then warnings and infos, each in rule order. A finding is
+    one line whatever the spec holds: control characters in paths and messages are shown escaped."""
+    return [dataclasses.replace(f, path=_shown(f.path), message=_shown(f.message), fix=_shown(f.fix))
+            for f in CLUSTER_RULES.check(spec)]
 
 
 def _error(path: str, message: str, fix: str, value: object = None) -> Finding:

@@ -20,6 +20,7 @@ from tests.cluster.node_script_runner import make_node, run_script
 
 from clusterkit.cluster import load_spec_data, render_config, validate
 from clusterkit.cluster.node_scripts import uploads
+from clusterkit.cluster.validators import CONTROL_RE
 from clusterkit.findings import Level
 
 CANARY = "/tmp/clusterkit-canary-{token}"
@@ -177,6 +178,7 @@ def test_a_hostile_value_is_refused_or_harmless(path: str, tmp_path: Path) -> No
             errors = [f for f in findings if f.level is Level.ERROR]
             if errors:
                 assert all(f.path and f.message and f.fix for f in errors)
+                assert not any(CONTROL_RE.search(str(f)) for f in findings)  # every finding one line
                 continue
             assert spec is not None
             assert _run_node_scripts(render_config(spec), tmp_path) == 3  # pyxis on head and queue, neuron
