@@ -43,30 +43,47 @@ class InstanceFacts:
         return "x86_64" if "x86_64" in self.architectures else self.architectures[0]
 
 
-@dataclass(frozen=True)
 class OfferingsTable:
-    generated: str  # the day the table was made (YYYY-MM-DD)
-    source: str
-    regions: tuple[str, ...]  # the regions the table covers; others are unknown to it
-    types: dict[str, InstanceFacts]
+    """The table's header, and its rows read when first asked for (a dry run needs a handful of them)."""
+
+    def __init__(self, generated: str, source: str, regions: tuple[str, ...], rows: dict[str, list[str]]) -> None:
+        self.generated = generated  # the day the table was made (YYYY-MM-DD)
+        self.source = source
+        self.regions = regions  # the regions the table covers; others are unknown to it
+        self._rows = rows  # instance type -> its columns, as written
+        self._facts: dict[str, InstanceFacts] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._rows)
+
+    @property
+    def types(self) -> dict[str, InstanceFacts]:
+        """Every row, read (for tools that walk the whole table)."""
+        return {name: self.facts(name) for name in self._rows}  # type: ignore[misc]
 
     def facts(self, instance_type: str) -> InstanceFacts | None:
-        return self.types.get(instance_type)
+        if instance_type not in self._facts:
+            row = self._rows.get(instance_type)
+            if row is None:
+                return None
+            self._facts[instance_type] = _facts(row, self.regions)
+        return self._facts[instance_type]
 
     def covers(self, region: str) -> bool:
         return region in self.regions
 
     def offered(self, instance_type: str, region: str) -> bool:
-        facts = self.types.get(instance_type)
+        facts = self.facts(instance_type)
         return facts is not None and region in facts.regions
 
     def regions_offering(self, instance_type: str) -> list[str]:
-        facts = self.types.get(instance_type)
+        facts = self.facts(instance_type)
         return sorted(facts.regions) if facts else []
 
     def similar(self, instance_type: str, count: int = 3) -> list[str]:
         """The closest existing type names, for a "did you mean"."""
-        return difflib.get_close_matches(instance_type, list(self.types), n=count, cutoff=0.6)
+        return difflib.get_close_matches(instance_type, self.names, n=count, cutoff=0.6)
 
 
 def format_table(generated: str, source: str, regions: list[str], types: list[InstanceFacts]) -> str:
@@ -92,24 +109,25 @@ def format_table(generated: str, source: str, regions: list[str], types: list[In
 
 def parse_table(text: str) -> OfferingsTable:
     header: dict[str, str] = {}
-    rows: list[list[str]] = []
+    rows: dict[str, list[str]] = {}
     for line in text.splitlines():
         if line.startswith("#"):
             key, _, value = line[1:].strip().partition(": ")
             if key in _HEADER_KEYS:
                 header[key] = value
         elif line:
-            rows.append(line.split("\t"))
-    regions = tuple(header["regions"].split())
-    types = {}
-    for name, architectures, efa, cards, storage, accelerator, offered in rows:
-        kind, count, model = (accelerator.split(":", 2) if accelerator != NO_ACCELERATOR else ("", "0", ""))
-        types[name] = InstanceFacts(
-            name=name, architectures=tuple(architectures.split(",")), efa_interfaces=int(efa),
-            network_cards=int(cards), instance_storage_gb=int(storage), accelerator=kind,
-            accelerator_count=int(count), accelerator_model=model,
-            regions=frozenset(regions[int(i)] for i in offered.split()))
-    return OfferingsTable(generated=header["generated"], source=header["source"], regions=regions, types=types)
+            columns = line.split("\t")
+            rows[columns[0]] = columns
+    return OfferingsTable(header["generated"], header["source"], tuple(header["regions"].split()), rows)
+
+
+def _facts(row: list[str], regions: tuple[str, ...]) -> InstanceFacts:
+    name, architectures, efa, cards, storage, accelerator, offered = row
+    kind, count, model = accelerator.split(":", 2) if accelerator != NO_ACCELERATOR else ("", "0", "")
+    return InstanceFacts(
+        name=name, architectures=tuple(architectures.split(",")), efa_interfaces=int(efa), network_cards=int(cards),
+        instance_storage_gb=int(storage), accelerator=kind, accelerator_count=int(count), accelerator_model=model,
+        regions=frozenset(regions[int(i)] for i in offered.split()))
 
 
 @functools.lru_cache(maxsize=1)
