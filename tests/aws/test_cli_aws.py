@@ -340,3 +340,15 @@ def test_a_public_head_node_and_private_queues_end_to_end(backend: FakeParallelC
     # The other way round the p4de queue would get public IPs, which its four network cards cannot have.
     code, _, err = run(capsys, "create-cluster", "--preset", "p4de", "--name", "other", "--subnet-id", public)
     assert code == 1 and "gives public IPs, which p4de.24xlarge (several network cards) cannot have" in err
+
+
+def test_the_queues_of_a_multi_subnet_queue_are_known_to_jobs() -> None:
+    from clusterkit.cluster import load_spec_data, render_config
+    from clusterkit.providers.aws.cluster import queue_instance_types
+
+    from tests.cluster.cluster_spec_helpers import SUBNET, base_data, set_field
+
+    data = set_field(set_field(base_data(), "queues[1].subnet_ids", [SUBNET, "subnet-0123456789abcdef1"]),
+                     "storage.lustre", [])
+    config = render_config(load_spec_data(data)[0])
+    assert queue_instance_types(config) == {"gpu": ["p4de.24xlarge"], "cpu": ["c5.4xlarge"]}

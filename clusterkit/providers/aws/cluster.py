@@ -157,8 +157,12 @@ class AwsProvider:
 
 def queue_instance_types(config: Config) -> dict[str, list[str]]:
     """Queue (Slurm partition) -> the instance types of its compute resources: what a job there runs on."""
-    return {queue["Name"]: [resource["InstanceType"] for resource in queue.get("ComputeResources", [])
-                            if "InstanceType" in resource]
+    def types(resource: Config) -> list[str]:  # InstanceType, or the flexible `Instances` of multi-subnet queues
+        if "InstanceType" in resource:
+            return [resource["InstanceType"]]
+        return [item["InstanceType"] for item in resource.get("Instances", [])]
+
+    return {queue["Name"]: [name for resource in queue.get("ComputeResources", []) for name in types(resource)]
             for queue in config.get("Scheduling", {}).get("SlurmQueues", [])}
 
 
