@@ -352,7 +352,7 @@ def instance_regions(spec: ClusterSpec) -> Iterator[Finding]:
         where = table.regions_offering(name)
         offered = f"it is offered in {', '.join(where)}" if where else "no region offers it"
         yield _error(path, f"{name} is not offered in {spec.region} ({offered}; instance table of "
-                     f"{table.generated})", f"use one of those regions (--region), or another instance type", name)
+                     f"{table.generated})", "use one of those regions (--region), or another instance type", name)
 
 
 @rule
