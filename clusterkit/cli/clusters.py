@@ -41,11 +41,16 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     source.add_argument("--file", metavar="SPEC.yaml", help="start from a cluster spec file")
     source.add_argument("--region", metavar="R", help="AWS region (overrides the spec)")
     source.add_argument("--subnet-id", metavar="S", help="subnet of the head node and queues (overrides the spec)")
+    source.add_argument("--head-subnet-id", metavar="S",
+                        help="the head node's own subnet, e.g. a public one while queues stay in a private "
+                             "--subnet-id (overrides the spec)")
     source.add_argument("--key-name", metavar="K", help="EC2 key pair for SSH (overrides the spec)")
     source.add_argument("--output-config", metavar="FILE",
-                        help="write the ParallelCluster config here (the same bytes with and without --dry-run)")
+                        help="write the ParallelCluster config here (the same bytes with and without --dry-run "
+                             "when the spec names its subnet, scripts bucket and AMI id)")
     source.add_argument("--custom-ami", metavar="NAME_OR_ID",
-                        help="boot nodes from this AMI (name or ami- id, looked up on AWS; not used by --dry-run)")
+                        help="boot nodes from this AMI: an ami- id, or a name looked up at create (overrides "
+                             "the spec's image.custom_ami)")
     create.set_defaults(handler=create_cluster)
 
     connect = subparsers.add_parser(
@@ -85,11 +90,14 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
     delete = subparsers.add_parser("delete-cluster", parents=[common], help="stop and remove a cluster",
                                    description="Delete a cluster. It first says what goes and what stays; AWS "
-                                               "clusters ask before deleting (--yes to agree up front).")
+                                               "clusters ask before deleting (--yes to agree up front), and "
+                                               "shared storage is deleted only with --delete-storage.")
     delete.add_argument("name")
     delete.add_argument("--yes", "-y", action="store_true",
                         help="do not ask before deleting an AWS cluster (needed when not interactive)")
     delete.add_argument("--dry-run", action="store_true", help="say what would be deleted and kept; delete nothing")
+    delete.add_argument("--delete-storage", action="store_true",
+                        help="agree that shared storage with DeletionPolicy Delete is deleted too, files and all")
     delete.set_defaults(handler=delete_cluster)
 
 
@@ -105,7 +113,8 @@ def create_cluster(args: argparse.Namespace) -> int:
 
     request = ClusterRequest(
         name=args.name, provider=args.provider, preset=args.preset, spec_file=args.file, region=args.region,
-        subnet_id=args.subnet_id, key_name=args.key_name, custom_ami=args.custom_ami, nodes=args.nodes,
+        subnet_id=args.subnet_id, head_subnet_id=args.head_subnet_id, key_name=args.key_name,
+        custom_ami=args.custom_ami, nodes=args.nodes,
         cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node, ssh=args.ssh)
     provider = provider_named(request.provider_name)
     if args.output_config and request.provider_name != "aws":
@@ -272,8 +281,15 @@ def delete_cluster(args: argparse.Namespace) -> int:
     if args.dry_run:
         _print_deletion(deletion, args)
         return 0
+    if deletion.storage_deleted and not args.delete_storage:
+        raise ClusterkitError(f"deleting cluster {deletion.name!r} would delete shared storage and every file on it: "
+                              + "; ".join(deletion.storage_deleted),
+                              fix="copy what you need, then pass --delete-storage (or set its deletion_policy: "
+                                  "Retain and update the cluster)")
     if deletion.confirm and not args.yes:
         _confirm(deletion)
+    elif args.output == "table":
+        _say_what_goes(deletion)
     started = time.monotonic()
     cluster.delete(progress=_say(args))
     seconds = round(time.monotonic() - started, 2)
@@ -298,13 +314,17 @@ def _print_deletion(deletion: DeletionPlan, args: argparse.Namespace) -> None:
             print(f"  - {item}")
 
 
+def _say_what_goes(deletion: DeletionPlan) -> None:
+    print(f"deleting cluster {deletion.name!r} removes: " + "; ".join(deletion.deletes), file=sys.stderr)
+    if deletion.keeps:
+        print("it keeps: " + "; ".join(deletion.keeps), file=sys.stderr)
+
+
 def _confirm(deletion: DeletionPlan) -> None:
     if not sys.stdin.isatty():
         raise ClusterkitError(f"deleting cluster {deletion.name!r} needs confirmation and there is no terminal to ask",
                               fix="see what it deletes with --dry-run, then pass --yes")
-    print(f"deleting cluster {deletion.name!r} removes: " + "; ".join(deletion.deletes), file=sys.stderr)
-    if deletion.keeps:
-        print("it keeps: " + "; ".join(deletion.keeps), file=sys.stderr)
+    _say_what_goes(deletion)
     answer = input(f"delete cluster {deletion.name!r}? [y/N] ")
     if answer.strip().lower() not in ("y", "yes"):
         raise ClusterkitError(f"cluster {deletion.name!r} not deleted", fix="answer y, or pass --yes")

@@ -27,15 +27,19 @@ def quiet(_: str) -> None:
 
 @dataclass(frozen=True)
 class DeletionPlan:
-    """What deleting a cluster removes and what it leaves; `confirm`: a person should agree first."""
+    """What deleting a cluster removes and what it leaves; `confirm`: a person should agree first;
+    `storage_deleted`: shared storage (and its files) among `deletes`, which a delete removes only
+    when asked to in so many words (`delete-cluster --delete-storage`)."""
 
     name: str
     deletes: tuple[str, ...]
     keeps: tuple[str, ...] = ()
     confirm: bool = False
+    storage_deleted: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "deletes": list(self.deletes), "keeps": list(self.keeps), "confirm": self.confirm}
+        return {"name": self.name, "deletes": list(self.deletes), "keeps": list(self.keeps), "confirm": self.confirm,
+                "storage_deleted": list(self.storage_deleted)}
 
 
 @dataclass(frozen=True)
