@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install what the local provider needs on Debian/Ubuntu: Slurm, munge, slurmdbd, MariaDB, and
-# OpenSSH (an sshd for `create-cluster --ssh`, the client for clusters reached over SSH).
+# OpenSSH (an sshd for `create-cluster --ssh`, the client for clusters reached over SSH), and PMIx
+# (for `srun --mpi=pmix`).
 # Idempotent; the packaged services are not started (clusterkit starts its own daemons).
 set -euo pipefail
-packages=(slurm-wlm munge slurmdbd mariadb-server shellcheck util-linux openssh-server openssh-client)
+packages=(slurm-wlm munge slurmdbd mariadb-server shellcheck util-linux openssh-server openssh-client libpmix2)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
