@@ -214,8 +214,13 @@ def _supervisor_command(spec: JobSpec) -> list[str]:
         return []
     supervision = spec.supervise
     state_dir = runtime.run_state_dir(spec.checkpoint_dir) if spec.checkpoint_dir else None
+    warning = parse_warning(spec.signal) if spec.signal else None
+    # The warning's lead tells the supervisor a time limit (a planned requeue) from a preemption.
     return runtime.supervisor_command(supervision.python, hang_timeout=supervision.hang_timeout,
-                                      app_retries=supervision.app_retries, state_dir=state_dir)
+                                      app_retries=supervision.app_retries, state_dir=state_dir,
+                                      signal_lead=warning.seconds if warning else None,
+                                      max_time_limit_requeues=supervision.max_time_limit_requeues,
+                                      max_preemptions=supervision.max_preemptions)
 
 
 def _directives(spec: JobSpec, tasks_per_node: int) -> list[tuple[ShellText, str | None]]:

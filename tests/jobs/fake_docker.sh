@@ -52,9 +52,9 @@ case $command in
     # TERM/USR1/USR2 on to the program.
     (env --default-signal setsid bash -c '
       echo $$ > "$1/pid"; shift
+      for sig in TERM USR1 USR2; do trap "kill -$sig \$child 2>/dev/null" "$sig"; done
       "$@" &
       child=$!
-      for sig in TERM USR1 USR2; do trap "kill -$sig $child 2>/dev/null" "$sig"; done
       while kill -0 "$child" 2>/dev/null; do wait "$child"; status=$?; done
       echo "$status" > "$(dirname "$0")/exit"
     ' "$dir/init" "$dir" "$@" </dev/null >>"$dir/output" 2>&1 &)
