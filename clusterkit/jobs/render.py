@@ -170,9 +170,11 @@ def _task_functions(launcher: str, container_runtime: str) -> list[str]:
     """The script's functions a task needs besides its step function (declared into its shell)."""
     functions = []
     if launcher in ("torchrun", "neuron"):
-        functions += ["clusterkit_rdzv_host", "clusterkit_rdzv_port", "clusterkit_wait", "clusterkit_stopped_as_asked"]
+        functions += ["clusterkit_rdzv_host", "clusterkit_rdzv_port", "clusterkit_wait",
+                      "clusterkit_stopped_as_asked"]
     if container_runtime == "docker":
-        functions += ["clusterkit_wait", "clusterkit_stopped_as_asked", "clusterkit_docker", "clusterkit_docker_cleanup"]
+        functions += ["clusterkit_wait", "clusterkit_stopped_as_asked", "clusterkit_docker",
+                      "clusterkit_docker_cleanup"]
     return list(dict.fromkeys(functions))
 
 

@@ -117,7 +117,8 @@ def busbw_floor(instance: InstanceType, nodes: int) -> tuple[float, str] | None:
     published = PUBLISHED_HEALTHY_BUSBW.get((instance.name, nodes))
     if published is not None:
         return (round(FLOOR_FRACTION_OF_HEALTHY * published, 1),
-                f"{FLOOR_FRACTION_OF_HEALTHY:.0%} of a healthy {nodes}-node run ({published:g} GB/s, {PUBLISHED_SOURCE})")
+                f"{FLOOR_FRACTION_OF_HEALTHY:.0%} of a healthy {nodes}-node run "
+                f"({published:g} GB/s, {PUBLISHED_SOURCE})")
     if not instance.network_gbps or instance.accelerator == "none":
         return None
     line_rate = instance.network_gbps / 8
@@ -204,7 +205,8 @@ def _nccom_command(instance: InstanceType, nodes: int) -> list[str]:
               'rest=${SLURM_CLUSTER_NAME:-}; hash=0; '
               'while [[ -n $rest ]]; do printf -v code "%d" "\'${rest:0:1}"; '
               f'hash=$(( (hash * 31 + code) % {PORT_SPAN} )); rest=${{rest:1}}; done; '
-              f'export NEURON_RT_ROOT_COMM_ID="${{hosts[0]}}:$(( {PORT_BASE} + (SLURM_JOB_ID + hash) % {PORT_SPAN} ))"; '
+              'export NEURON_RT_ROOT_COMM_ID='
+              f'"${{hosts[0]}}:$(( {PORT_BASE} + (SLURM_JOB_ID + hash) % {PORT_SPAN} ))"; '
               f'exec nccom-test {args} --hosts ${{hosts[@]+"${{hosts[@]}}"}}')
     return ["bash", "-c", script, "nccom-test"]
 

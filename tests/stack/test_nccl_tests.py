@@ -93,7 +93,8 @@ def test_judge_without_results_or_floor() -> None:
 
 def test_the_node_to_instance_map_is_read_from_the_log() -> None:
     log = ("clusterkit: node st-p5-1 is instance i-0123456789abcdef0\n"
-           "1: clusterkit: node st-p5-2 is instance i-0fedcba9876543210\n" + fixture_text("nccl-tests_p5_2nodes_aws.txt"))
+           "1: clusterkit: node st-p5-2 is instance i-0fedcba9876543210\n"
+           + fixture_text("nccl-tests_p5_2nodes_aws.txt"))
     assert parse_bus_bandwidth(log).instances == (("st-p5-1", "i-0123456789abcdef0"),
                                                   ("st-p5-2", "i-0fedcba9876543210"))
 
