@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit import runtime
 from clusterkit.jobs.render import rendezvous_port
 from clusterkit.jobs.spec import job_from_dict
 from clusterkit.jobs.submit import submit_job
@@ -74,8 +75,7 @@ def test_a_supervised_job_checkpoints_and_requeues_at_each_limit(local_cluster, 
     handle = submit_job(job_from_dict(timed_spec("timed-supervised", supervise=True)), local_cluster.name,
                         workdir=workdir)  # the default restart budget
     assert_checkpointed_requeued_and_identical(handle, workdir, uninterrupted_digest)
-    decisions = [json.loads(line)["decision"]
-                 for line in (workdir / "run/.clusterkit/decisions.jsonl").read_text().splitlines()]
+    decisions = [entry["decision"] for entry in runtime.read_decisions(workdir / "run/.clusterkit/decisions.jsonl")]
     assert decisions[-1] == "completed" and set(decisions[:-1]) == {"preempted"}, decisions
 
 
