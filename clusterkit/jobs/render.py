@@ -106,8 +106,19 @@ def render_sbatch(spec: JobSpec) -> str:
     return str(template.render(job=sbatch_context(spec)))
 
 
+# The same rule in bash, printing the port on the node: the body of _rdzv.j2's clusterkit_rdzv_port,
+# and of the nccom-test job's (stack.nccl_tests), which has no rendered script of its own.
+RENDEZVOUS_PORT_SHELL = ShellText(f"""local rest=${{SLURM_CLUSTER_NAME:-}} hash=0 code
+while [[ -n $rest ]]; do
+  printf -v code '%d' "'${{rest:0:1}}"
+  hash=$(( (hash * 31 + code) % {PORT_SPAN} ))
+  rest=${{rest:1}}
+done
+echo $(( {PORT_BASE} + (SLURM_JOB_ID + hash) % {PORT_SPAN} ))""")
+
+
 def rendezvous_port(job_id: int, cluster_name: str = "") -> int:
-    """The port clusterkit_rdzv_port computes on the node for a job without launcher.port."""
+    """The port RENDEZVOUS_PORT_SHELL computes on the node for a job without launcher.port."""
     digest = 0
     for char in cluster_name:
         digest = (digest * 31 + ord(char)) % PORT_SPAN
@@ -136,6 +147,7 @@ def sbatch_context(spec: JobSpec) -> dict[str, Any]:
         "port": spec.launcher.port,
         "port_base": PORT_BASE,
         "port_span": PORT_SPAN,
+        "port_shell": RENDEZVOUS_PORT_SHELL,
         "processes_per_node": spec.processes,
         "cpu_bind": spec.launcher.cpu_bind,
         "compile": launcher == "neuron" and spec.launcher.compile,
