@@ -1,11 +1,11 @@
-"""Ship the top-level cluster-configs/ and job-templates/ inside the wheel as clusterkit/_data/."""
+"""Ship the top-level data directories (cluster-configs/, job-templates/, node-scripts/) in the wheel as clusterkit/_data/."""
 import shutil
 from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-DATA_DIRS = ("cluster-configs", "job-templates")
+DATA_DIRS = ("cluster-configs", "job-templates", "node-scripts")
 
 
 class BuildWithData(build_py):

@@ -6,17 +6,23 @@ need to talk to it (for a local cluster, its slurm.conf and the pids it started)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import secrets
+import shutil
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterkit.errors import ClusterkitError, NotFound
+from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
 from clusterkit.files import write_atomically
+from clusterkit.pids import start_time
 
 RECORD_FILE = "cluster.json"
+CLAIM_FILE = ".claim"  # "PID START_TIME TOKEN" of the create that owns a directory without a record yet
 CLUSTER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$")
 
 
@@ -93,3 +99,70 @@ def all_records() -> list[ClusterRecord]:
 
 def remove(name: str) -> None:
     (cluster_dir(name) / RECORD_FILE).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def claim(name: str) -> Iterator[Path]:
+    """Claim `name` for a create: yields the cluster's new directory, which only this process made.
+
+    The directory is built under a temporary name with a claim file inside, then renamed into place:
+    one rename wins, so two creates of one name never share a directory. If the block raises, the
+    directory is removed, but only while it is still ours. A directory left by a create that died
+    (its claim names a process that no longer runs) is set aside and the name taken over.
+    """
+    directory = cluster_dir(name)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(8)
+    staged = directory.parent / f".{name}.{token}.staging"
+    staged.mkdir()
+    (staged / CLAIM_FILE).write_text(f"{os.getpid()} {start_time(os.getpid())} {token}\n")
+    try:
+        _take(staged, directory, name)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    try:
+        yield directory
+    except BaseException:
+        if _claim_token(directory) == token:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+    (directory / CLAIM_FILE).unlink(missing_ok=True)
+
+
+def _take(staged: Path, directory: Path, name: str) -> None:
+    for _ in range(3):
+        try:
+            os.rename(staged, directory)
+            return
+        except OSError:  # ENOTEMPTY/EEXIST: the name is someone's (or a dead create's)
+            pass
+        if (directory / RECORD_FILE).exists():
+            raise AlreadyExists(f"a cluster named {name!r} already exists",
+                                fix=f"use it, or delete it first with `clusterkit delete-cluster {name}`")
+        owner = _claim_owner(directory)
+        if owner is not None:
+            raise AlreadyExists(f"cluster {name!r} is being created right now (by process {owner})",
+                                fix="wait for that create to finish, or choose another name")
+        aside = directory.with_name(f".{name}.{secrets.token_hex(4)}.abandoned")
+        with contextlib.suppress(OSError):  # another create may set it aside first
+            os.rename(directory, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+    raise AlreadyExists(f"cluster {name!r} is being created right now", fix="wait, or choose another name")
+
+
+def _claim_token(directory: Path) -> str | None:
+    try:
+        return (directory / CLAIM_FILE).read_text().split()[2]
+    except (OSError, IndexError):
+        return None
+
+
+def _claim_owner(directory: Path) -> int | None:
+    """The pid of the live create that claims `directory`; None when the claim is stale (or gone)."""
+    try:
+        pid_text, start, _ = (directory / CLAIM_FILE).read_text().split()
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return None
+    return pid if start_time(pid) == start else None

@@ -8,7 +8,9 @@ supervisor's decisions and arguments. Nothing here imports anything of clusterki
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+from typing import Any
 
 # ----- environment variables a job's processes see ---------------------------------------------
 RUN_ID_ENV = "CLUSTERKIT_RUN_ID"  # the run's logger id, kept across requeues
@@ -39,21 +41,51 @@ COMPLETED = "completed"
 NODE_FAILURE = "node_failure"
 HANG = "hang"
 APPLICATION_ERROR = "application_error"
-PREEMPTED = "preempted"
+TIME_LIMIT = "time_limit"  # warned before the time limit: checkpointed and requeued (planned)
+PREEMPTED = "preempted"  # warned of a preemption: checkpointed and requeued
+CHECKPOINT_STORAGE_FULL = "checkpoint_storage_full"
 BUDGET_EXHAUSTED = "budget_exhausted"
-TERMINATED = "terminated"
+TERMINATED = "terminated"  # Slurm ended the attempt itself; Slurm's state says why
+
+
+def read_decisions(path: Path) -> list[dict[str, Any]]:
+    """The decisions in a run's decisions file (see `parse_decisions`); none when there is no file."""
+    try:
+        return parse_decisions(path.read_bytes())
+    except OSError:
+        return []
+
+
+def parse_decisions(data: bytes) -> list[dict[str, Any]]:
+    """A decisions file's content: one JSON object a line, then NUL padding (space the supervisor
+    reserved so that a full disk cannot stop it). Lines cut short by a crash are skipped."""
+    text = data.rstrip(b"\0").decode("utf-8", "replace")
+    found = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            found.append(entry)
+    return found
 
 # ----- how a batch script starts the supervisor ---------------------------------------------------
 SUPERVISOR_MODULE = "clusterkit.resilience.supervisor"
+HEALTH_MODULE = "clusterkit.resilience.health"
 DEFAULT_MAX_RESTARTS = 3
+DEFAULT_MAX_TIME_LIMIT_REQUEUES = 100  # a run requeued at its time limit this often is not converging
+UNBOUNDED = -1
 
 
-def supervisor_command(python: str, *, hang_timeout: int, app_retries: int,
-                       state_dir: str | Path | None) -> list[str]:
+def supervisor_command(python: str, *, hang_timeout: int, app_retries: int, state_dir: str | Path | None,
+                       signal_lead: int | None = None, max_time_limit_requeues: int | None = None,
+                       max_preemptions: int | None = None) -> list[str]:
     """The words before the step's own command: `PYTHON -m clusterkit.resilience.supervisor ... --`."""
-    state = [f"--state-dir={state_dir}"] if state_dir is not None else []
+    optional = {"--state-dir": state_dir, "--signal-lead": signal_lead,
+                "--max-time-limit-requeues": max_time_limit_requeues, "--max-preemptions": max_preemptions}
     return [python, "-m", SUPERVISOR_MODULE, f"--hang-timeout={hang_timeout}", f"--app-retries={app_retries}",
-            *state, "--"]
+            *(f"{option}={value}" for option, value in optional.items() if value is not None), "--"]
 
 
 def supervisor_parser() -> argparse.ArgumentParser:
@@ -61,7 +93,14 @@ def supervisor_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m {SUPERVISOR_MODULE}",
                                      description="Run a Slurm step and recover from node failures and hangs.")
     parser.add_argument("--max-restarts", type=int, default=None,
-                        help=f"restart budget (default: ${MAX_RESTARTS_ENV}, else {DEFAULT_MAX_RESTARTS})")
+                        help=f"restarts after failures (default: ${MAX_RESTARTS_ENV}, else {DEFAULT_MAX_RESTARTS})")
+    parser.add_argument("--max-time-limit-requeues", type=int, default=DEFAULT_MAX_TIME_LIMIT_REQUEUES,
+                        help=f"requeues before a time limit (default {DEFAULT_MAX_TIME_LIMIT_REQUEUES}; "
+                             f"{UNBOUNDED}: no bound)")
+    parser.add_argument("--max-preemptions", type=int, default=UNBOUNDED,
+                        help=f"requeues after a preemption (default {UNBOUNDED}: no bound)")
+    parser.add_argument("--signal-lead", type=float, default=None,
+                        help="seconds between the job's warning signal and its time limit (--signal=B:USR1@N)")
     parser.add_argument("--app-retries", type=int, default=1, help="retries of a step failing on healthy nodes")
     parser.add_argument("--hang-timeout", type=float, default=0.0,
                         help="seconds without heartbeat progress that count as a hang (0: off)")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
+import shlex
 import shutil
 import subprocess
 import threading
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterkit.errors import ClusterkitError, MissingDependency
+from clusterkit.transport import LOCAL, Transport
 
 INSTALL_HINT = "install Slurm's client commands: apt-get install -y slurm-wlm (or scripts/install-slurm.sh)"
 
@@ -61,24 +64,38 @@ class AccountingRecord:
 
 
 _environ_lock = threading.RLock()
+QUEUE_ARGS = ("-h", "-r", "-o", "%i|%T")
+ACCOUNTING_FIELDS = "JobID,JobName,State,ExitCode,NodeList,Start,End"
+
+
+@dataclass(frozen=True)
+class Poll:
+    """What one look at the cluster saw (see Slurm.poll); `commands`: how many Slurm commands it took."""
+
+    queue: dict[str, str]
+    accounting: list[AccountingRecord]
+    details: dict[str, str]
+    commands: int
 
 
 class Slurm:
-    """Slurm's CLI against one cluster.
+    """Slurm's CLI against one cluster, run on this machine or over SSH (`transport`).
 
     `extra_env` is what jobs of this cluster should inherit from the submitting process (sbatch
     exports the submitter's environment), e.g. a PATH that finds the submitter's Python.
     """
 
     def __init__(self, slurm_conf: Path | None = None, timeout: float = 30.0,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, transport: Transport = LOCAL) -> None:
         self.slurm_conf = Path(slurm_conf) if slurm_conf else None
         self.timeout = timeout
         self.extra_env = dict(extra_env or {})
+        self.transport = transport
 
     @property
     def env(self) -> dict[str, str]:
-        env = dict(os.environ, **self.extra_env)
+        """What commands get on top of the environment they run in (this process's, or the far side's)."""
+        env = dict(self.extra_env)
         if self.slurm_conf:
             env["SLURM_CONF"] = str(self.slurm_conf)
         return env
@@ -88,7 +105,7 @@ class Slurm:
         """Point this process's environment at the cluster, for libraries that run Slurm's
         commands themselves (submitit): only the cluster's own variables are set, and restored on
         exit; one cluster at a time."""
-        ours = dict(self.extra_env, **({"SLURM_CONF": str(self.slurm_conf)} if self.slurm_conf else {}))
+        ours = self.env
         with _environ_lock:
             saved = {key: os.environ.get(key) for key in ours}
             os.environ.update(ours)
@@ -103,26 +120,31 @@ class Slurm:
 
     def run(self, command: str, *args: str, check: bool = True, input_text: str | None = None,
             timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-        if shutil.which(command) is None:
+        if not self.transport.remote and shutil.which(command) is None:
             raise MissingDependency(f"Slurm command {command!r} not found on PATH", fix=INSTALL_HINT)
+        limit = timeout or self.timeout
         try:
-            result = subprocess.run(
-                [command, *args], env=self.env, capture_output=True, text=True, input=input_text,
-                timeout=timeout or self.timeout,
-            )
+            raw = self.transport.run([command, *args], env=self.env, timeout=limit,
+                                     input_bytes=input_text.encode() if input_text is not None else None)
         except subprocess.TimeoutExpired:
-            raise SlurmCommandError(f"`{command} {' '.join(args)}` did not answer within "
-                                    f"{timeout or self.timeout:.0f} s",
+            raise SlurmCommandError(f"`{command} {' '.join(args)}` did not answer within {limit:.0f} s"
+                                    + (f" on {self.transport.label}" if self.transport.remote else ""),
                                     fix="is slurmctld running? see `clusterkit describe-cluster`") from None
+        result = subprocess.CompletedProcess(raw.args, raw.returncode, raw.stdout.decode(errors="replace"),
+                                             raw.stderr.decode(errors="replace"))
+        if self.transport.remote and result.returncode == 127:  # the far side's shell (or env) found no such command
+            raise MissingDependency(f"Slurm command {command!r} is not on the PATH of {self.transport.label}",
+                                    fix="is this a Slurm login node? (or add Slurm's bin directory to its PATH)")
         if check and result.returncode != 0:
             detail = (result.stderr or result.stdout).strip().splitlines()
-            raise SlurmCommandError(f"`{command} {' '.join(args)}` failed: {detail[-1] if detail else result.returncode}")
+            raise SlurmCommandError(f"`{command} {' '.join(args)}` failed: "
+                                    f"{detail[-1] if detail else result.returncode}")
         return result
 
     def config(self) -> dict[str, str]:
         """`scontrol show config` as a dict: JobRequeue, AccountingStorageType, ..."""
         config = {}
-        for line in self.run("scontrol", "show", "config").stdout.splitlines():
+        for line in lines(self.run("scontrol", "show", "config").stdout):
             key, sep, value = line.partition("=")
             if sep:
                 config[key.strip()] = value.strip()
@@ -132,7 +154,7 @@ class Slurm:
         """Partition name (the default one ends in '*'), node count, gres and CPUs per node (one row per
         distinct node shape)."""
         out = self.run("sinfo", "-h", "-o", "%P|%D|%G|%c").stdout  # %P marks the default partition with *
-        return [dict(zip(("name", "nodes", "gres", "cpus"), line.split("|"))) for line in out.splitlines()]
+        return [dict(zip(("name", "nodes", "gres", "cpus"), line.split("|"))) for line in lines(out)]
 
     def ping(self) -> bool:
         result = self.run("scontrol", "ping", check=False, timeout=10)
@@ -141,7 +163,7 @@ class Slurm:
     def nodes(self) -> list[NodeInfo]:
         out = self.run("sinfo", "-h", "-N", "-o", "%N|%t|%c|%G|%E").stdout
         seen: dict[str, NodeInfo] = {}
-        for line in out.splitlines():
+        for line in lines(out):
             name, state, cpus, gres, reason = line.split("|", 4)
             # sinfo -N repeats a node once per partition it is in.
             seen.setdefault(name, NodeInfo(name, state, int(cpus), gres, "" if reason == "none" else reason))
@@ -159,30 +181,52 @@ class Slurm:
         """Accounting records of jobs (one sacct call for all of them); with `all_attempts`, every requeue."""
         if not job_ids:
             return []
-        fields = "JobID,JobName,State,ExitCode,NodeList,Start,End"
-        args = ["-n", "-P", "-X", "-o", fields, "-j", ",".join(job_ids)]
-        if all_attempts:
-            args.insert(0, "-D")
-        out = self.run("sacct", *args).stdout
-        records = []
-        for line in out.splitlines():
-            # A job name may contain '|': the name is whatever lies between the id and the last 5 fields.
-            job_id, rest = line.split("|", 1)
-            *name, state, exit_code, node_list, start, end = rest.split("|")
-            records.append(AccountingRecord(job_id, "|".join(name), state, exit_code, node_list, start, end))
-        return records
+        return parse_accounting(self.run("sacct", *_sacct_args(job_ids, all_attempts)).stdout)
 
     def queue(self) -> dict[str, str]:
         """Job id -> state for every job the controller still lists (array tasks one by one)."""
-        out = self.run("squeue", "-h", "-r", "-o", "%i|%T").stdout
-        return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+        return parse_queue(self.run("squeue", *QUEUE_ARGS).stdout)
 
     def job_details(self, job_id: str) -> dict[str, str]:
         """`scontrol show job` as a dict (StdOut, StdErr, WorkDir, NodeList...); empty once forgotten."""
-        result = self.run("scontrol", "show", "job", "-o", job_id, check=False)
-        line = result.stdout.splitlines()[0] if result.stdout.strip() else ""
-        # Values may hold spaces (log paths): a value runs until the next " Key=".
-        return {key: value for key, value in re.findall(r"(?:^|\s)([A-Za-z:/_]+)=(.*?)(?=\s[A-Za-z:/_]+=|$)", line)}
+        return parse_job_details(self.run("scontrol", "show", "job", "-o", job_id, check=False).stdout)
+
+    def poll(self, job_ids: list[str], details_of: str | None = None) -> Poll:
+        """The queue, the accounting of `job_ids` (every attempt) and, when asked, one job's details, in
+        one round trip to the cluster (it matters over SSH)."""
+        calls = [["squeue", *QUEUE_ARGS]]
+        if job_ids:
+            calls.append(["sacct", *_sacct_args(job_ids, True)])
+        if details_of:
+            calls.append(["scontrol", "show", "job", "-o", details_of])
+        results = self.run_many(calls)
+        for call, result in zip(calls[:2], results[:2]):
+            if result.returncode != 0:
+                detail = (result.stderr or result.stdout).strip().splitlines()
+                raise SlurmCommandError(f"`{' '.join(call)}` failed: {detail[-1] if detail else result.returncode}")
+        return Poll(queue=parse_queue(results[0].stdout),
+                    accounting=parse_accounting(results[1].stdout) if job_ids else [],
+                    details=parse_job_details(results[-1].stdout) if details_of else {},
+                    commands=len(calls))
+
+    def run_many(self, calls: list[list[str]], timeout: float | None = None) -> list[subprocess.CompletedProcess[str]]:
+        """Run several commands; over SSH in one connection round trip. Exit codes are not checked."""
+        if not self.transport.remote:
+            return [self.run(call[0], *call[1:], check=False, timeout=timeout) for call in calls]
+        marker = f"--clusterkit-{secrets.token_hex(8)}--"
+        script = "".join(f"{shlex.join(call)}; printf '\\n{marker} %s\\n' \"$?\"\n" for call in calls)
+        together = self.run("sh", "-c", script, check=False, timeout=timeout)
+        # chunks[0] is the first command's output; each later chunk starts with the exit code of the
+        # command before it, then (after a newline) the next command's output.
+        chunks = together.stdout.split(f"\n{marker} ")
+        outputs, codes = [chunks[0]], []
+        for chunk in chunks[1:]:
+            code, _, rest = chunk.partition("\n")
+            codes.append(int(code) if code.isdigit() else 1)
+            outputs.append(rest)
+        return [subprocess.CompletedProcess(call, codes[i] if i < len(codes) else 1,
+                                            outputs[i] if i < len(outputs) else "", together.stderr)
+                for i, call in enumerate(calls)]
 
     def update_node(self, node: str, state: str, reason: str = "") -> None:
         args = [f"NodeName={node}", f"State={state}"]
@@ -199,8 +243,58 @@ class Slurm:
         out = self.run("squeue", "-h", "-s", "-j", job_id, "-o", "%i", check=False).stdout.split()
         return [step for step in out if not step.endswith((".batch", ".extern"))]
 
+    def time_left(self, job_id: str) -> float | None:
+        """Seconds before the job's time limit; None without a limit, or for a job Slurm does not list."""
+        out = lines(self.run("squeue", "-h", "-j", job_id, "-o", "%L", check=False, timeout=10).stdout)
+        return parse_duration(out[0]) if out else None
+
     def requeue(self, job_id: str) -> None:
         self.run("scontrol", "requeue", job_id)
 
     def cancel(self, job_id: str, signal: str | None = None) -> None:
         self.run("scancel", *([f"--signal={signal}"] if signal else []), job_id)
+
+
+def parse_duration(text: str) -> float | None:
+    """Slurm's [D-]HH:MM:SS, MM:SS or M as seconds; None for UNLIMITED, INVALID and anything else."""
+    days, _, clock = text.strip().rpartition("-")
+    parts = clock.split(":")
+    if not (days.isdigit() or days == "") or not all(part.isdigit() for part in parts) or len(parts) > 3:
+        return None
+    seconds = 0
+    for part in parts:
+        seconds = seconds * 60 + int(part)
+    if len(parts) == 1:
+        seconds *= 60  # a bare number is minutes
+    return float(seconds + int(days or 0) * 86400)
+
+
+def _sacct_args(job_ids: list[str], all_attempts: bool) -> list[str]:
+    args = ["-n", "-P", "-X", "-o", ACCOUNTING_FIELDS, "-j", ",".join(job_ids)]
+    return ["-D", *args] if all_attempts else args
+
+
+def parse_queue(output: str) -> dict[str, str]:
+    return dict(line.split("|", 1) for line in lines(output) if "|" in line)
+
+
+def parse_accounting(output: str) -> list[AccountingRecord]:
+    records = []
+    for line in lines(output):
+        # A job name may contain '|': the name is whatever lies between the id and the last 5 fields.
+        job_id, rest = line.split("|", 1)
+        *name, state, exit_code, node_list, start, end = rest.split("|")
+        records.append(AccountingRecord(job_id, "|".join(name), state, exit_code, node_list, start, end))
+    return records
+
+
+def parse_job_details(output: str) -> dict[str, str]:
+    line = next(iter(lines(output)), "")
+    # Values may hold spaces (log paths): a value runs until the next " Key=".
+    return {key: value for key, value in re.findall(r"(?:^|\s)([A-Za-z:/_]+)=(.*?)(?=\s[A-Za-z:/_]+=|$)", line)}
+
+
+def lines(output: str) -> list[str]:
+    """The lines of a Slurm command's output: split at newlines only (str.splitlines also splits at
+    U+2028 and other separators a job name or log path may hold)."""
+    return [line for line in output.split("\n") if line]

@@ -4,8 +4,10 @@ Every step's data is a function of (step, rank), so a run that resumes from a ch
 bit-identical weights to one that never stopped; the SHA-256 of the final weights is written to
 `$CLUSTERKIT_CHECKPOINT_DIR/final_weights.sha256` to prove it. Rank 0 saves a checkpoint every
 CHECKPOINT_EVERY steps with clusterkit's CheckpointManager; every rank resumes from `latest()` and
-beats a heartbeat each step (the supervisor's hang detection). SIGTERM (time limit, preemption):
-save now and stop; the supervisor requeues.
+beats a heartbeat each step (the supervisor's hang detection). On the signal it receives when asked to
+stop (SIGTERM through torchrun, or the job's own SIGUSR1/SIGUSR2 when started directly): every rank
+agrees to stop at the same step, rank 0 saves a checkpoint, and the process exits 0; the job script
+(or the supervisor) then requeues the job, and the next attempt resumes from that checkpoint.
 
 Settings (environment): TRAIN_STEPS (60), CHECKPOINT_EVERY (10), STEP_SECONDS (0.2, a stand-in for
 real work), EXAMPLE_FAULT (for tests: `always` fails on every attempt, `crash-once` kills rank 1's
@@ -35,7 +37,7 @@ FAULT_STEP = 15
 stop_requested = False
 
 
-def on_sigterm(signum: int, frame: object) -> None:
+def on_stop_signal(signum: int, frame: object) -> None:
     global stop_requested
     stop_requested = True
 
@@ -78,7 +80,8 @@ def inject_fault(step: int, rank: int, run_dir: Path) -> None:
 
 
 def main() -> int:
-    signal.signal(signal.SIGTERM, on_sigterm)
+    for stop_signal in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(stop_signal, on_stop_signal)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     run_dir = Path(os.environ.get("CLUSTERKIT_CHECKPOINT_DIR", "checkpoints"))
@@ -120,12 +123,13 @@ def main() -> int:
             dist.barrier()
         if stopping.item():
             if rank == 0:
-                print(f"stopping at step {step} on request; checkpoint saved", flush=True)
+                print(f"stopping at step {step} on a signal; checkpoint saved", flush=True)
             dist.destroy_process_group()
             return 0
 
     if rank == 0:
         digest = weights_digest(model)
+        run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "final_weights.sha256").write_text(digest + "\n")
         print(f"done: {STEPS} steps, final weights sha256 {digest}", flush=True)
     dist.destroy_process_group()

@@ -25,6 +25,7 @@ for variable in ("AWS_PROFILE", "AWS_ENDPOINT_URL"):
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 SHARED_CLUSTER = "pytest"
+RESILIENT_STEPS = 40  # examples/train_resilient.py's length in the end-to-end tests
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -33,16 +34,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def local_cluster() -> Iterator[LocalCluster]:
-    """A 4-node cluster with 2 CPUs and 8 fake GPUs per node, shared by the whole session."""
+    """A 4-node cluster with 2 CPUs and 8 fake GPUs per node and an sshd (for remote use), shared by the
+    whole session."""
     from clusterkit.providers.local.cluster import LocalCluster, check_prerequisites
 
     try:
-        check_prerequisites()
+        check_prerequisites(ssh=True)
     except Exception as error:
         if os.environ.get("CI"):  # CI installs Slurm itself: a skip there would hide a broken install
             pytest.fail(f"no local Slurm cluster possible in CI: {error}")
         pytest.skip(f"no local Slurm cluster possible here: {error}")
-    cluster = LocalCluster.create(SHARED_CLUSTER, nodes=4, cpus_per_node=2, gpus_per_node=8)
+    cluster = LocalCluster.create(SHARED_CLUSTER, nodes=4, cpus_per_node=2, gpus_per_node=8, ssh=True)
     try:
         yield cluster
     finally:
@@ -60,3 +62,17 @@ def job_dir(tmp_path: Path) -> Path:
 def fake_slurm(tmp_path: Path) -> FakeSlurm:
     """Fake srun/scontrol (and recorders of the programs steps start) on a PATH of their own."""
     return make_fake_slurm(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def uninterrupted_digest(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The final weights of a training run that never stopped: same world size (2), no Slurm."""
+    import subprocess
+    import sys
+
+    run = tmp_path_factory.mktemp("uninterrupted")
+    env = dict(os.environ, TRAIN_STEPS=str(RESILIENT_STEPS), STEP_SECONDS="0", CLUSTERKIT_CHECKPOINT_DIR=str(run))
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                    str(examples / "train_resilient.py")], env=env, check=True, capture_output=True)
+    return (run / "final_weights.sha256").read_text().strip()

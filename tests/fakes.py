@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusterkit.slurm import AccountingRecord, NodeInfo, SlurmCommandError
+from clusterkit.slurm import AccountingRecord, NodeInfo, Poll, SlurmCommandError
 
 
 class ScriptedSlurm:
@@ -32,6 +32,7 @@ class ScriptedSlurm:
         self.fail_next = 0  # the next squeue calls that fail as an overloaded controller's would
         self.drained: list[tuple[str, str]] = []
         self.requeued: list[str] = []
+        self.seconds_left: float | None = None  # before the job's time limit; None: no limit
 
     # ----- jobs -----
     def queue(self) -> dict[str, str]:
@@ -42,12 +43,20 @@ class ScriptedSlurm:
         return dict(self.queued)
 
     def accounting(self, job_ids: list[str]) -> list[AccountingRecord]:
-        self.calls += 1
+        self.calls += 1 if job_ids else 0
         return [AccountingRecord(job_id, "j", state, "0:0", "n1", "", "")
                 for job_id in job_ids for state in self.attempts.get(job_id, [])]
 
+    def poll(self, job_ids: list[str], details_of: str | None = None) -> Poll:
+        queue = self.queue()
+        accounting = self.accounting(job_ids) if job_ids else []
+        return Poll(queue, accounting, {}, 2 if job_ids else 1)
+
     def requeue(self, job_id: str) -> None:
         self.requeued.append(job_id)
+
+    def time_left(self, job_id: str) -> float | None:
+        return self.seconds_left
 
     def steps(self, job_id: str) -> list[str]:
         return []
@@ -78,7 +87,7 @@ while [[ $# -gt 0 && $1 == -* ]]; do shift; done
 export SLURM_JOB_NODELIST=${CK_STEP_NODELIST:-$SLURM_JOB_NODELIST}
 pids=()
 for ((node = 0; node < ${CK_SRUN_COPIES:-1}; node++)); do
-  SLURM_NODEID=$node "$@" &
+  SLURM_NODEID=$node SLURM_PROCID=$node "$@" &
   pids+=($!)
 done
 status=0
@@ -105,8 +114,8 @@ printf '%s\0' "$@" > "$log.argv"
 printf '%s' "${CK_NASTY-unset}" > "$log.env"
 """
 
-RECORDED_PROGRAMS = ("torchrun", "neuron_parallel_compile", "docker", "apptainer", "python", "prog")
-HOST_TOOLS = ("bash", "date", "head")
+RECORDED_PROGRAMS = ("torchrun", "neuron_parallel_compile", "docker", "apptainer", "python", "prog", "scancel")
+HOST_TOOLS = ("bash", "date", "head", "id", "sed", "sleep")
 
 
 @dataclass

@@ -30,3 +30,6 @@ def test_example_notebook_executes(local_cluster):
     assert not [o for o in outputs if o.get("output_type") == "error"]
     text = "\n".join(str(o.get("data", {}).get("text/plain", "")) + o.get("text", "") for o in outputs)
     assert "'loss':" in text and "COMPLETED" in text
+    assert "[0, 1, 4, 9, 16, 25, 36, 49]" in text  # the array run on the cluster reached over SSH
+    html = "\n".join(str(o.get("data", {}).get("text/html", "")) for o in outputs)
+    assert "<b>job " in html and "why it ended" in html and "completed" in html  # the handle's table

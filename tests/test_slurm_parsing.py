@@ -59,3 +59,32 @@ def test_environment_sets_and_restores_only_the_clusters_variables(monkeypatch):
         assert os.environ["SLURM_CONF"] == "/c/slurm.conf" and os.environ["PATH"] == "/venv/bin:/usr/bin"
         assert os.environ["UNRELATED"] == "kept"
     assert dict(os.environ) == before
+
+
+class ThisMachineAsIfRemote:
+    """A transport that runs here but says it is remote: the code paths for SSH, without sshd."""
+
+    label = "as-if-remote"
+    remote = True
+
+    def run(self, argv, *, env=None, input_bytes=None, timeout=None):  # noqa: ANN001, ANN201
+        import subprocess
+
+        # Through a shell, as sshd runs commands: a missing command is exit 127, not an exception.
+        return subprocess.run(["sh", "-c", 'exec "$@"', "sh", *argv], env={**os.environ, **(env or {})},
+                              input=input_bytes, capture_output=True, timeout=timeout)
+
+
+def test_several_commands_in_one_round_trip_keep_their_outputs_and_exit_codes():
+    slurm = Slurm(transport=ThisMachineAsIfRemote())
+    results = slurm.run_many([["echo", "a"], ["sh", "-c", "printf 'b\\nno newline'; exit 3"], ["true"],
+                              ["printf", "%s", "--clusterkit-not-the-marker--"]])
+    assert [r.returncode for r in results] == [0, 3, 0, 0]
+    assert [r.stdout for r in results] == ["a\n", "b\nno newline", "", "--clusterkit-not-the-marker--"]
+
+
+def test_a_missing_command_on_the_far_side_is_one_clear_error():
+    from clusterkit.errors import MissingDependency
+
+    with pytest.raises(MissingDependency, match="'no-such-slurm-command' is not on the PATH of as-if-remote"):
+        Slurm(transport=ThisMachineAsIfRemote()).run("no-such-slurm-command")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from clusterkit import __version__
@@ -52,6 +53,17 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+MAX_ERROR_CHARS = 600
+
+
+def one_line(text: str) -> str:
+    """An error as one line of reasonable length: whatever a daemon or a user's value put into it."""
+    text = " ".join(text.split())
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    return f"{text[:MAX_ERROR_CHARS]}... ({len(text):,} characters; --debug shows all)"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
@@ -61,16 +73,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.handler(args) or 0)
+    except BrokenPipeError:
+        # `clusterkit ... | head` closed our stdout: not an error worth a line. Point stdout at
+        # /dev/null so that the interpreter's last flush does not complain either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ClusterkitError, OSError) as error:
         # OSError: a file or directory the user named cannot be read or written.
         if args.debug:
             raise
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(str(error))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        # `clusterkit ... | head` closed our stdout: not an error worth a traceback.
-        sys.stderr.close()
-        return 0

@@ -33,17 +33,44 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     local.add_argument("--nodes", type=int, default=4, help="number of nodes (default 4)")
     local.add_argument("--cpus-per-node", type=int, default=2, help="CPUs per node (default 2)")
     local.add_argument("--gpus-per-node", type=int, default=0, help="fake GPUs per node, through gres (default 0)")
+    local.add_argument("--ssh", action="store_true",
+                       help="run an sshd for the head node on a local port, with a key made for the cluster: "
+                            "the cluster can then be used as a remote one (`clusterkit connect`)")
     source = create.add_argument_group("cluster spec (AWS)")
     source.add_argument("--preset", metavar="NAME", help="start from a preset: p4de, p4d, p5, trn1, trn1n, g5")
     source.add_argument("--file", metavar="SPEC.yaml", help="start from a cluster spec file")
     source.add_argument("--region", metavar="R", help="AWS region (overrides the spec)")
     source.add_argument("--subnet-id", metavar="S", help="subnet of the head node and queues (overrides the spec)")
+    source.add_argument("--head-subnet-id", metavar="S",
+                        help="the head node's own subnet, e.g. a public one while queues stay in a private "
+                             "--subnet-id (overrides the spec)")
     source.add_argument("--key-name", metavar="K", help="EC2 key pair for SSH (overrides the spec)")
     source.add_argument("--output-config", metavar="FILE",
-                        help="write the ParallelCluster config here (the same bytes with and without --dry-run)")
+                        help="write the ParallelCluster config here (the same bytes with and without --dry-run "
+                             "when the spec names its subnet, scripts bucket and AMI id)")
     source.add_argument("--custom-ami", metavar="NAME_OR_ID",
-                        help="boot nodes from this AMI (name or ami- id, looked up on AWS; not used by --dry-run)")
+                        help="boot nodes from this AMI: an ami- id, or a name looked up at create (overrides "
+                             "the spec's image.custom_ami)")
     create.set_defaults(handler=create_cluster)
+
+    connect = subparsers.add_parser(
+        "connect", parents=[common], help="use an existing Slurm cluster reached over SSH",
+        description="Register an existing Slurm cluster (any Slurm, not only clusterkit's) whose login node "
+                    "is reached over SSH with your own ssh setup (~/.ssh/config, agent, ProxyJump); every job "
+                    "verb then works with --cluster NAME from this machine.")
+    connect.add_argument("name", help="a name for the cluster here")
+    connect.add_argument("--ssh", required=True, metavar="[USER@]HOST", help="the login (head) node")
+    connect.add_argument("--port", type=int, help="SSH port (default: from ~/.ssh/config, else 22)")
+    connect.add_argument("--identity-file", metavar="KEY", help="private key (default: your agent and ssh config)")
+    connect.add_argument("--known-hosts", metavar="FILE",
+                         help="check the host key against this file (default: your known_hosts)")
+    connect.add_argument("--accept-new-host-key", action="store_true",
+                         help="trust the host key seen now, and only that one later (kept for this cluster)")
+    connect.add_argument("--runs-dir", metavar="PATH",
+                         help="where each run's files go on the cluster (default: ~/clusterkit-runs there)")
+    connect.add_argument("--python", default="python3", metavar="PYTHON",
+                         help="the cluster's Python for functions (default python3 on its PATH)")
+    connect.set_defaults(handler=connect_cluster)
 
     describe = subparsers.add_parser("describe-cluster", parents=[common], help="show a cluster and its nodes")
     describe.add_argument("name")
@@ -63,11 +90,14 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
     delete = subparsers.add_parser("delete-cluster", parents=[common], help="stop and remove a cluster",
                                    description="Delete a cluster. It first says what goes and what stays; AWS "
-                                               "clusters ask before deleting (--yes to agree up front).")
+                                               "clusters ask before deleting (--yes to agree up front), and "
+                                               "shared storage is deleted only with --delete-storage.")
     delete.add_argument("name")
     delete.add_argument("--yes", "-y", action="store_true",
                         help="do not ask before deleting an AWS cluster (needed when not interactive)")
     delete.add_argument("--dry-run", action="store_true", help="say what would be deleted and kept; delete nothing")
+    delete.add_argument("--delete-storage", action="store_true",
+                        help="agree that shared storage with DeletionPolicy Delete is deleted too, files and all")
     delete.set_defaults(handler=delete_cluster)
 
 
@@ -83,8 +113,9 @@ def create_cluster(args: argparse.Namespace) -> int:
 
     request = ClusterRequest(
         name=args.name, provider=args.provider, preset=args.preset, spec_file=args.file, region=args.region,
-        subnet_id=args.subnet_id, key_name=args.key_name, custom_ami=args.custom_ami, nodes=args.nodes,
-        cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node)
+        subnet_id=args.subnet_id, head_subnet_id=args.head_subnet_id, key_name=args.key_name,
+        custom_ami=args.custom_ami, nodes=args.nodes,
+        cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node, ssh=args.ssh)
     provider = provider_named(request.provider_name)
     if args.output_config and request.provider_name != "aws":
         raise ClusterkitError("--output-config writes a ParallelCluster config; a local cluster has none",
@@ -173,6 +204,23 @@ def _print_info(info: ClusterInfo) -> None:
         print_table(headers, [[node.get(header) for header in headers] for node in info.nodes])
 
 
+def connect_cluster(args: argparse.Namespace) -> int:
+    from clusterkit.providers.ssh import connect
+    from clusterkit.transport import SshTarget
+
+    target = SshTarget.parse(args.ssh, port=args.port, identity_file=args.identity_file,
+                             known_hosts_file=args.known_hosts)
+    cluster = connect(args.name, target, runs_dir=args.runs_dir, python=args.python,
+                      accept_new_host_key=args.accept_new_host_key, progress=_say(args))
+    info = cluster.describe()
+    if args.output == "json":
+        print_json(info.to_dict())
+    else:
+        print(f"cluster {info.name!r} is {info.status} {info.where}: {len(info.nodes)} nodes; "
+              f"runs go to {cluster.runs_dir()} there")
+    return 0
+
+
 def describe_cluster(args: argparse.Namespace) -> int:
     from clusterkit.providers import open_cluster
 
@@ -233,8 +281,15 @@ def delete_cluster(args: argparse.Namespace) -> int:
     if args.dry_run:
         _print_deletion(deletion, args)
         return 0
+    if deletion.storage_deleted and not args.delete_storage:
+        raise ClusterkitError(f"deleting cluster {deletion.name!r} would delete shared storage and every file on it: "
+                              + "; ".join(deletion.storage_deleted),
+                              fix="copy what you need, then pass --delete-storage (or set its deletion_policy: "
+                                  "Retain and update the cluster)")
     if deletion.confirm and not args.yes:
         _confirm(deletion)
+    elif args.output == "table":
+        _say_what_goes(deletion)
     started = time.monotonic()
     cluster.delete(progress=_say(args))
     seconds = round(time.monotonic() - started, 2)
@@ -259,13 +314,17 @@ def _print_deletion(deletion: DeletionPlan, args: argparse.Namespace) -> None:
             print(f"  - {item}")
 
 
+def _say_what_goes(deletion: DeletionPlan) -> None:
+    print(f"deleting cluster {deletion.name!r} removes: " + "; ".join(deletion.deletes), file=sys.stderr)
+    if deletion.keeps:
+        print("it keeps: " + "; ".join(deletion.keeps), file=sys.stderr)
+
+
 def _confirm(deletion: DeletionPlan) -> None:
     if not sys.stdin.isatty():
         raise ClusterkitError(f"deleting cluster {deletion.name!r} needs confirmation and there is no terminal to ask",
                               fix="see what it deletes with --dry-run, then pass --yes")
-    print(f"deleting cluster {deletion.name!r} removes: " + "; ".join(deletion.deletes), file=sys.stderr)
-    if deletion.keeps:
-        print("it keeps: " + "; ".join(deletion.keeps), file=sys.stderr)
+    _say_what_goes(deletion)
     answer = input(f"delete cluster {deletion.name!r}? [y/N] ")
     if answer.strip().lower() not in ("y", "yes"):
         raise ClusterkitError(f"cluster {deletion.name!r} not deleted", fix="answer y, or pass --yes")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from clusterkit.cli.output import print_findings, print_json, print_table, progress
 
@@ -19,6 +20,9 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     submit.add_argument("--dry-run", action="store_true", help="print the exact script; submit nothing")
     submit.add_argument("--no-preflight", action="store_true", help="skip the checks against the cluster")
     submit.add_argument("--wait", action="store_true", help="follow the job until it ends; exit 1 unless COMPLETED")
+    submit.add_argument("--sync", action="append", metavar="PATH",
+                        help="on a cluster reached over SSH: copy these files or directories (relative to here) "
+                             "into the run's directory there (default: the git-tracked files here)")
     submit.set_defaults(handler=submit_spec)
 
     status = subparsers.add_parser("status", parents=[common, cluster_option],
@@ -73,17 +77,20 @@ def submit_spec(args: argparse.Namespace) -> int:
 
     spec = load_job(args.spec)
     plan = plan_job(spec, args.cluster, preflight=not args.no_preflight, spec_file=args.spec,
-                    need_cluster=not args.dry_run)
+                    need_cluster=not args.dry_run, sync=args.sync)
     if args.dry_run:
         return print_plan(plan, args.output)
     if args.output == "table":
         print_findings([f for f in plan.findings if f.level is Level.WARNING], sys.stderr)
     handle = submit_plan(plan)
+    if plan.uploads and args.output == "table":
+        size = sum((Path(plan.upload_from or ".") / name).stat().st_size for name in plan.uploads)
+        progress(f"copied {len(plan.uploads)} files ({size / 1024:.0f} KiB) to {handle.transport.label}:{plan.workdir}")
     warnings = [f.to_dict() for f in plan.findings if f.level is Level.WARNING]
     if not args.wait:
         if args.output == "json":
             print_json({"job_id": handle.job_id, "cluster": handle.cluster, "stdout": str(handle.stdout_path),
-                        "warnings": warnings})
+                        "workdir": plan.workdir, "copied": list(plan.uploads), "warnings": warnings})
         else:
             print(f"submitted job {handle.job_id} to cluster {handle.cluster!r}; log: {handle.stdout_path}")
         return 0
@@ -123,6 +130,14 @@ def job_logs(args: argparse.Namespace) -> int:
         print_json({"job_id": handle.job_id, "state": handle.state, "stdout_path": str(handle.stdout_path),
                     "stdout": handle.stdout(), "stderr": handle.stderr()})
         return 0
+    if not args.follow and not handle.log_exists():
+        ended = handle.done()
+        # scontrol expands %j... even in a pattern Slurm took literally (one with a backslash).
+        literal = (" (its --output held a backslash: Slurm wrote the pattern as written, without the backslashes "
+                   "and with %j, %x... unexpanded)") if "\\" in str(handle.stdout_path) else ""
+        print(f"job {handle.job_id}: no log at {handle.stdout_path}" + ("" if ended else " yet (the job has not "
+              "written it)") + literal, file=sys.stderr)
+        return 1 if ended else 0
     for chunk in handle.follow_log(follow=args.follow):
         sys.stdout.write(chunk)
         sys.stdout.flush()

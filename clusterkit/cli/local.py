@@ -36,8 +36,16 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     heal.add_argument("node", help="node name, e.g. n2")
     heal.set_defaults(handler=heal_node)
 
-    env = verbs.add_parser("env", parents=[common],
-                           help="print the shell exports for plain Slurm commands: eval \"$(clusterkit local env NAME)\"")
+    restart = verbs.add_parser("restart-controller", parents=[common],
+                               help="restart slurmctld (or another daemon of the cluster); jobs keep running")
+    restart.add_argument("name", help="cluster name")
+    restart.add_argument("--daemon", default="slurmctld",
+                         choices=("slurmctld", "slurmdbd", "munged", "mariadb", "sshd"),
+                         help="which daemon (default slurmctld)")
+    restart.set_defaults(handler=restart_controller)
+
+    env = verbs.add_parser("env", parents=[common], help="print the shell exports for plain Slurm commands: "
+                                                         "eval \"$(clusterkit local env NAME)\"")
     env.add_argument("name", help="cluster name")
     env.set_defaults(handler=print_env)
 
@@ -76,6 +84,17 @@ def fail_health(args: argparse.Namespace) -> int:
 def heal_node(args: argparse.Namespace) -> int:
     _cluster(args.name).heal(args.node)
     return _report(args, {"healed": True}, f"node {args.node} is healthy and in service")
+
+
+def restart_controller(args: argparse.Namespace) -> int:
+    from clusterkit.cli.output import progress
+
+    pid = _cluster(args.name).restart_daemon(args.daemon, progress if args.output == "table" else lambda _: None)
+    if args.output == "json":
+        print_json({"cluster": args.name, "daemon": args.daemon, "pid": pid})
+    else:
+        print(f"{args.daemon} of cluster {args.name!r} restarted (pid {pid})")
+    return 0
 
 
 def print_env(args: argparse.Namespace) -> int:

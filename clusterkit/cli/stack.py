@@ -34,7 +34,11 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     doctor.set_defaults(handler=run_doctor)
 
     nccl = subparsers.add_parser("nccl-test", parents=[common],
-                                 help="run nccl-tests all_reduce_perf (nccom-test on Trainium) and check bandwidth")
+                                 help="run nccl-tests all_reduce_perf (nccom-test on Trainium) and check bandwidth",
+                                 description="Run all_reduce_perf (one MPI task per GPU, --cpu-bind=none, sizes up to "
+                                             "what the GPU holds, 100 iterations) or nccom-test across the nodes, "
+                                             "print which EC2 instance each node is, and compare the peak bus "
+                                             "bandwidth with the floor for the instance type and node count.")
     nccl.add_argument("--cluster", metavar="NAME", help="cluster to use (default: $CLUSTERKIT_CLUSTER or the only one)")
     nccl.add_argument("--nodes", type=int, default=2, help="nodes to span (default 2)")
     nccl.add_argument("--instance-type", metavar="TYPE", help="instance type or preset (sets GPUs and the floor)")
@@ -165,13 +169,15 @@ def run_nccl_test(args: argparse.Namespace) -> int:
 
         return print_plan(plan, args.output)
     handle, report = run_test(plan, timeout=args.timeout)
-    verdict = judge_bandwidth(report, plan.spec.instance_facts if plan.spec else None)
+    verdict = judge_bandwidth(report, plan.spec.instance_facts if plan.spec else None, args.nodes)
     if args.output == "json":
         print_json({"job_id": handle.job_id, "state": handle.state, "stdout": str(handle.stdout_path),
                     "peak_busbw_gb_s": report.peak_busbw_gb_s, "average_busbw_gb_s": report.average_busbw_gb_s,
-                    "check": verdict.to_dict()})
+                    "instances": dict(report.instances), "check": verdict.to_dict()})
     else:
         print(f"job {handle.job_id}: {verdict.status.value.upper()}: {verdict.detail}")
+        for node, instance in report.instances:
+            print(f"  {node}: {instance}")
         if verdict.fix:
             print(f"fix: {verdict.fix}")
     return 1 if verdict.status.value == "fail" else 0

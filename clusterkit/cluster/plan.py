@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit import spec_reader
+from clusterkit.cluster import node_scripts
 from clusterkit.cluster.loader import load_spec_data, read_spec_file
 from clusterkit.cluster.presets import preset
 from clusterkit.cluster.render import config_text, render_config
@@ -36,6 +37,7 @@ class ClusterRequest:
     spec_file: str | None = None
     region: str | None = None
     subnet_id: str | None = None
+    head_subnet_id: str | None = None
     key_name: str | None = None
     custom_ami: str | None = None
     # local: the cluster's shape.
@@ -43,6 +45,7 @@ class ClusterRequest:
     cpus_per_node: int = 2
     gpus_per_node: int = 0
     memory_mb_per_node: int = 4000
+    ssh: bool = False  # an sshd for the head node, to reach the cluster as a remote one
 
     @property
     def provider_name(self) -> str:
@@ -54,7 +57,8 @@ class ClusterRequest:
     def overrides(self) -> dict[str, str]:
         """Spec fields given on the command line, by their path in the spec."""
         values = {"name": self.name, "region": self.region, "subnet_id": self.subnet_id,
-                  "ssh.key_name": self.key_name}
+                  "head_node.subnet_id": self.head_subnet_id, "ssh.key_name": self.key_name,
+                  "image.custom_ami": self.custom_ami}
         return {path: value for path, value in values.items() if value is not None}
 
 
@@ -70,6 +74,7 @@ class ClusterPlan:
     config_text: str | None = None  # aws: that configuration as the YAML file clusterkit writes
     summary: ClusterSummary | None = None
     files: dict[str, str] = field(default_factory=dict)  # path -> text, what apply writes
+    uploads: dict[str, str] = field(default_factory=dict)  # s3:// URL -> clusterkit node script apply uploads
     actions: tuple[str, ...] = ()  # what apply does, step by step (commands, API calls)
     details: dict[str, Any] = field(default_factory=dict)  # provider facts: ports, chosen subnet, caller...
 
@@ -84,7 +89,8 @@ class ClusterPlan:
             "findings": [finding.to_dict() for finding in self.findings],
             "config": self.config, "config_text": self.config_text,
             "summary": self.summary.to_dict() if self.summary else None,
-            "files": dict(self.files), "actions": list(self.actions), "details": dict(self.details),
+            "files": dict(self.files), "uploads": dict(self.uploads), "actions": list(self.actions),
+            "details": dict(self.details),
         }
 
     def replace(self, **changes: Any) -> ClusterPlan:
@@ -116,7 +122,13 @@ def plan_spec(data: Any) -> ClusterPlan:
         return ClusterPlan(provider=AWS, name=spec.name, findings=tuple(findings), spec=spec)
     config = render_config(spec)
     return ClusterPlan(provider=AWS, name=spec.name, findings=tuple(findings), spec=spec, config=config,
-                       config_text=config_text(spec.name, config), summary=summarize(spec))
+                       config_text=config_text(spec.name, config), summary=summarize(spec),
+                       uploads=script_uploads(config))
+
+
+def script_uploads(config: dict[str, Any]) -> dict[str, str]:
+    """URL -> local file of every clusterkit node script the config runs (what apply uploads first)."""
+    return {url: str(script.path) for url, script in node_scripts.uploads(config).items()}
 
 
 def check_spec_file(path: str | Path) -> ClusterPlan:

@@ -1,8 +1,10 @@
 """Cluster presets from one word: a sensible training (or dev) cluster per accelerator family.
 
 Each preset is a complete ClusterSpec; `cluster-configs/<preset>.yaml` spells out the same spec as a
-commented YAML file (a test keeps the two equal). EFA, placement groups and pyxis come from the spec
-defaults: on for every EFA-capable type, so the presets state only what differs.
+commented YAML file (a test keeps the two equal). EFA and placement groups (on for every EFA-capable
+type), pyxis/enroot, GPU health checks on GPU queues, the Neuron driver on Trainium queues, SSM and
+read-only ECR for every node role, and storage kept on delete come from the spec defaults, so the
+presets state only what differs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from clusterkit.cluster.spec import (
     HeadNodeSpec,
     LustreSpec,
     QueueSpec,
+    SlurmSpec,
     StorageSpec,
 )
 from clusterkit.errors import NotFound
@@ -30,9 +33,20 @@ class Preset:
     build: Callable[[], ClusterSpec]
 
 
+# Training defaults of AWS's reference clusters: idle dynamic nodes stay an hour (a crashed or requeued
+# job finds them again instead of waiting for new ones), and a queue change drains running jobs first.
+TRAINING_SCALEDOWN_MINUTES = 60
+
+
+def _training_slurm() -> SlurmSpec:
+    return SlurmSpec(scaledown_idletime=TRAINING_SCALEDOWN_MINUTES, queue_update_strategy="DRAIN")
+
+
 def _cpu_queue() -> QueueSpec:
-    """Dynamic CPU nodes for data preparation and container builds, so GPUs are not held for them."""
-    return QueueSpec(name="cpu", compute=[ComputeSpec(name="c5-4xl", instance_type="c5.4xlarge", max_count=4)])
+    """Dynamic CPU nodes for data preparation and container builds, so GPUs are not held for them.
+    They have no NVMe: enroot's data goes on the root volume, hence its size."""
+    return QueueSpec(name="cpu", root_volume_gb=200,
+                     compute=[ComputeSpec(name="c5-4xl", instance_type="c5.4xlarge", max_count=4)])
 
 
 def _training_cluster(name: str, compute_name: str, max_count: int, fsx_capacity_gib: int,
@@ -56,6 +70,7 @@ def _training_cluster(name: str, compute_name: str, max_count: int, fsx_capacity
             name="fsx", mount_dir="/fsx", deployment_type="PERSISTENT_2", storage_capacity_gib=fsx_capacity_gib,
             per_unit_storage_throughput=fsx_throughput, data_compression="LZ4",
         )]),
+        slurm=_training_slurm(),
     )
 
 

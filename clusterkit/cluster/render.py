@@ -2,22 +2,32 @@
 
 `render_config(spec)` gives the configuration as a dict; `render(spec)` the YAML text. Both assume
 the spec passed `validate`; rendering an invalid spec gives a config ParallelCluster would reject.
+Values reach ParallelCluster as YAML scalars (the dumper quotes them) and clusterkit's node scripts
+as separate arguments; what a value may hold is the validators' business (`cluster.single-line` and
+the full-match rules).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from clusterkit import offerings
+from clusterkit.cluster import node_scripts
 from clusterkit.cluster.spec import (
+    DEFAULT_DELETION_POLICY,
+    DEFAULT_SCRIPTS_BUCKET,
     DEFAULT_SSH_CIDR,
     EPHEMERAL_MOUNT_DIR,
     PARALLELCLUSTER_VERSION,
+    ROOT_VOLUME_ENROOT_DIR,
     ClusterSpec,
     ComputeSpec,
     CustomActionsSpec,
     DataRepositoryAssociationSpec,
     EbsSpec,
     EfsSpec,
+    IamSpec,
+    LoginNodesSpec,
     LustreSpec,
     OpenZfsSpec,
     PlacementGroupSpec,
@@ -26,17 +36,22 @@ from clusterkit.cluster.spec import (
     uses_reserved_capacity,
 )
 
-# Clearly fake (all zeros) so that nobody mistakes it for a real subnet; validate() warns about it.
+# Clearly fake (all zeros) so that nobody mistakes them for real ones; validate() says where they are.
 PLACEHOLDER_SUBNET = "subnet-00000000000000000"
+PLACEHOLDER_AMI = "ami-00000000000000000"
+PLACEHOLDER_ACCOUNT = "000000000000"
 
 Config = dict[str, Any]
 
 
 def render_config(spec: ClusterSpec) -> Config:
     """The ParallelCluster configuration for a spec, as plain data (dicts, lists, scalars)."""
+    image: Config = {"Os": spec.os}
+    if spec.image.custom_ami:
+        image["CustomAmi"] = custom_ami_id(spec.image.custom_ami)
     config: Config = {
         "Region": spec.region,
-        "Image": {"Os": spec.os},
+        "Image": image,
         "Imds": {"ImdsSupport": "v2.0"},
         "HeadNode": _head_node(spec),
         "Scheduling": {
@@ -45,6 +60,8 @@ def render_config(spec: ClusterSpec) -> Config:
             "SlurmQueues": [_queue(spec, queue) for queue in spec.queues],
         },
     }
+    if spec.login_nodes:
+        config["LoginNodes"] = {"Pools": [_login_pool(spec, pool) for pool in spec.login_nodes]}
     shared_storage = _shared_storage(spec)
     if shared_storage:
         config["SharedStorage"] = shared_storage
@@ -72,6 +89,41 @@ def config_text(name: str, config: Config) -> str:
     return header + yaml.dump(config, Dumper=dumper, sort_keys=False, default_flow_style=False, width=1000)
 
 
+def custom_ami_id(custom_ami: str) -> str:
+    """The AMI id a config boots: the spec's id, or a placeholder for a name looked up at create."""
+    return custom_ami if custom_ami.startswith("ami-") else PLACEHOLDER_AMI
+
+
+def scripts_bucket(spec: ClusterSpec) -> str:
+    """The bucket clusterkit's node scripts are uploaded to (a placeholder account until create fills it in)."""
+    return spec.scripts_bucket or DEFAULT_SCRIPTS_BUCKET.format(account=PLACEHOLDER_ACCOUNT, region=spec.region)
+
+
+def partition(region: str) -> str:
+    """The AWS partition of a region, for ARNs."""
+    for prefix, name in (("cn-", "aws-cn"), ("us-gov-", "aws-us-gov"), ("us-isob-", "aws-iso-b"),
+                         ("us-iso-", "aws-iso")):
+        if region.startswith(prefix):
+            return name
+    return "aws"
+
+
+def policy_arn(policy: str, region: str) -> str:
+    """A policy ARN as written, or the ARN of the AWS-managed policy of that name."""
+    return policy if policy.startswith("arn:") else f"arn:{partition(region)}:iam::aws:policy/{policy}"
+
+
+def _iam(spec: ClusterSpec, iam: IamSpec, actions: Config) -> Config:
+    rendered: Config = {}
+    policies = iam.effective_policies
+    if policies:
+        rendered["AdditionalIamPolicies"] = [{"Policy": policy_arn(p, spec.region)} for p in policies]
+    if node_scripts.uploads(actions):  # the node reads clusterkit's scripts, and nothing else, from the bucket
+        rendered["S3Access"] = [{"BucketName": scripts_bucket(spec), "KeyName": f"{node_scripts.KEY_PREFIX}/*",
+                                 "EnableWriteAccess": False}]
+    return rendered
+
+
 def _head_node(spec: ClusterSpec) -> Config:
     head = spec.head_node
     ssh: Config = {}
@@ -80,14 +132,33 @@ def _head_node(spec: ClusterSpec) -> Config:
     ssh["AllowedIps"] = spec.ssh.allowed_cidr or DEFAULT_SSH_CIDR
     node: Config = {
         "InstanceType": head.instance_type,
-        "Networking": {"SubnetId": head.subnet_id or spec.subnet_id or PLACEHOLDER_SUBNET},
+        "Networking": {"SubnetId": spec.head_subnet() or PLACEHOLDER_SUBNET},
         "Ssh": ssh,
         "LocalStorage": {"RootVolume": {"Size": head.root_volume_gb, "Encrypted": True, "VolumeType": "gp3"}},
     }
-    actions = _custom_actions(head.custom_actions, _pyxis_script(spec))
+    facts = offerings.table().facts(head.instance_type)
+    setup = _pyxis(spec, "head", [facts] if facts else [])
+    actions = _custom_actions(head.custom_actions, [setup] if setup else [])
     if actions:
         node["CustomActions"] = actions
+    iam = _iam(spec, head.iam, actions)
+    if iam:
+        node["Iam"] = iam
     return node
+
+
+def _login_pool(spec: ClusterSpec, pool: LoginNodesSpec) -> Config:
+    rendered: Config = {
+        "Name": pool.name,
+        "InstanceType": pool.instance_type,
+        "Count": pool.count,
+        "Networking": {"SubnetIds": [pool.subnet_id or spec.head_subnet() or PLACEHOLDER_SUBNET]},
+        "Ssh": {"AllowedIps": spec.ssh.allowed_cidr or DEFAULT_SSH_CIDR},
+    }
+    policies = pool.iam.effective_policies
+    if policies:
+        rendered["Iam"] = {"AdditionalIamPolicies": [{"Policy": policy_arn(p, spec.region)} for p in policies]}
+    return rendered
 
 
 def _slurm_settings(spec: ClusterSpec) -> Config:
@@ -97,7 +168,9 @@ def _slurm_settings(spec: ClusterSpec) -> Config:
         settings["ScaledownIdletime"] = slurm.scaledown_idletime
     if slurm.queue_update_strategy is not None:
         settings["QueueUpdateStrategy"] = slurm.queue_update_strategy
-    custom: list[Config] = [{"JobRequeue": 1 if slurm.job_requeue else 0}]
+    # A JobRequeue among the custom settings wins (validate warns about it).
+    overridden = any(key.lower() == "jobrequeue" for key in slurm.custom_settings)
+    custom: list[Config] = [] if overridden else [{"JobRequeue": 1 if slurm.job_requeue else 0}]
     custom += [{key: value} for key, value in slurm.custom_settings.items()]
     settings["CustomSlurmSettings"] = custom
     if slurm.accounting:
@@ -110,7 +183,8 @@ def _slurm_settings(spec: ClusterSpec) -> Config:
 
 
 def _queue(spec: ClusterSpec, queue: QueueSpec) -> Config:
-    networking: Config = {"SubnetIds": spec.queue_subnets(queue) or [PLACEHOLDER_SUBNET]}
+    subnets = spec.queue_subnets(queue) or [PLACEHOLDER_SUBNET]
+    networking: Config = {"SubnetIds": subnets}
     if queue.placement_group is not None:
         networking["PlacementGroup"] = _placement_group(queue.placement_group)
     root_volume: Config = {"Encrypted": True, "VolumeType": "gp3"}
@@ -123,20 +197,29 @@ def _queue(spec: ClusterSpec, queue: QueueSpec) -> Config:
     rendered["ComputeSettings"] = {
         "LocalStorage": {"RootVolume": root_volume, "EphemeralVolume": {"MountDir": EPHEMERAL_MOUNT_DIR}},
     }
-    rendered["ComputeResources"] = [_compute_resource(queue, compute) for compute in queue.compute]
-    actions = _custom_actions(queue.custom_actions, _pyxis_script(spec))
+    # Several subnets (Availability Zones) take the flexible `Instances` form, never InstanceType.
+    rendered["ComputeResources"] = [_compute_resource(queue, compute, flexible=len(subnets) > 1)
+                                    for compute in queue.compute]
+    setup = [script for script in (_neuron(spec, queue), _pyxis(spec, "compute", queue.instance_facts())) if script]
+    actions = _custom_actions(queue.custom_actions, setup)
     if actions:
         rendered["CustomActions"] = actions
+    iam = _iam(spec, queue.iam, actions)
+    if iam:
+        rendered["Iam"] = iam
+    if queue.gpu_health_checks_enabled:
+        rendered["HealthChecks"] = {"Gpu": {"Enabled": True}}
     return rendered
 
 
-def _compute_resource(queue: QueueSpec, compute: ComputeSpec) -> Config:
-    rendered: Config = {
-        "Name": compute.name,
-        "InstanceType": compute.instance_type,
-        "MinCount": compute.effective_min_count,
-        "MaxCount": compute.effective_max_count,
-    }
+def _compute_resource(queue: QueueSpec, compute: ComputeSpec, flexible: bool) -> Config:
+    rendered: Config = {"Name": compute.name}
+    if flexible:
+        rendered["Instances"] = [{"InstanceType": compute.instance_type}]
+    else:
+        rendered["InstanceType"] = compute.instance_type
+    rendered["MinCount"] = compute.effective_min_count
+    rendered["MaxCount"] = compute.effective_max_count
     if compute.disable_hyperthreading is not None:
         rendered["DisableSimultaneousMultithreading"] = compute.disable_hyperthreading
     # GdrSupport is deliberately never written: it has had no effect since ParallelCluster 3.0.2.
@@ -144,8 +227,13 @@ def _compute_resource(queue: QueueSpec, compute: ComputeSpec) -> Config:
     group = _compute_placement_group(queue, compute)
     if group is not None:
         rendered["Networking"] = {"PlacementGroup": group}
-    if compute.capacity_reservation_id:
-        rendered["CapacityReservationTarget"] = {"CapacityReservationId": compute.capacity_reservation_id}
+    target = {key: value for key, value in (
+        ("CapacityReservationId", compute.capacity_reservation_id),
+        ("CapacityReservationResourceGroupArn", compute.capacity_reservation_resource_group_arn)) if value}
+    if target:
+        rendered["CapacityReservationTarget"] = target
+    if compute.slurm_settings:
+        rendered["CustomSlurmSettings"] = dict(compute.slurm_settings)
     return rendered
 
 
@@ -175,16 +263,45 @@ def _placement_group(group: PlacementGroupSpec, default_enabled: bool = True) ->
     return rendered
 
 
-def _pyxis_script(spec: ClusterSpec) -> ScriptSpec | None:
+def enroot_dir(spec: ClusterSpec, nodes: list[offerings.InstanceFacts]) -> str:
+    """enroot's data directory on these nodes: the spec's, unless it is on instance storage they lack."""
+    configured = spec.pyxis.enroot_dir
+    on_instance_storage = configured == EPHEMERAL_MOUNT_DIR or configured.startswith(EPHEMERAL_MOUNT_DIR + "/")
+    if on_instance_storage and not (nodes and all(facts.instance_storage_gb > 0 for facts in nodes)):
+        return ROOT_VOLUME_ENROOT_DIR
+    return configured
+
+
+def _pyxis(spec: ClusterSpec, role: str, nodes: list[offerings.InstanceFacts]) -> ScriptSpec | None:
     if not spec.pyxis.enabled:
         return None
-    return ScriptSpec(script=spec.pyxis.script, args=[spec.pyxis.enroot_dir])
+    script = node_scripts.node_script(node_scripts.PYXIS_ENROOT)
+    return ScriptSpec(script=script.url(scripts_bucket(spec)),
+                      args=["--role", role, "--enroot-dir", enroot_dir(spec, nodes)])
 
 
-def _custom_actions(actions: CustomActionsSpec | None, pyxis: ScriptSpec | None) -> Config:
+def installs_neuron(spec: ClusterSpec, queue: QueueSpec) -> bool:
+    """Whether clusterkit installs the Neuron driver and runtime on this queue's nodes."""
+    if spec.neuron.install is False:
+        return False
+    if spec.neuron.install is None and spec.image.custom_ami:
+        return False  # a custom AMI (e.g. a Neuron AMI) brings its own
+    return any(facts.accelerator == "neuron" for facts in queue.instance_facts())
+
+
+def _neuron(spec: ClusterSpec, queue: QueueSpec) -> ScriptSpec | None:
+    if not installs_neuron(spec, queue):
+        return None
+    script = node_scripts.node_script(node_scripts.NEURON)
+    args = [word for package, version in node_scripts.NEURON_PACKAGES.items() for word in (f"--{package}", version)]
+    return ScriptSpec(script=script.url(scripts_bucket(spec)), args=args)
+
+
+def _custom_actions(actions: CustomActionsSpec | None, setup: list[ScriptSpec]) -> Config:
+    """clusterkit's set-up scripts run first when a node is configured, then the spec's own."""
     events = {
         "OnNodeStart": list(actions.on_node_start) if actions else [],
-        "OnNodeConfigured": ([pyxis] if pyxis else []) + (list(actions.on_node_configured) if actions else []),
+        "OnNodeConfigured": setup + (list(actions.on_node_configured) if actions else []),
         "OnNodeUpdated": list(actions.on_node_updated) if actions else [],
     }
     rendered: Config = {}
@@ -214,26 +331,27 @@ def _shared_storage(spec: ClusterSpec) -> list[Config]:
 
 
 def _lustre(fsx: LustreSpec) -> Config:
-    settings: Config
-    if not fsx.is_new:
-        settings = {"FileSystemId": fsx.file_system_id}
-    else:
-        # FSx for Lustre always encrypts at rest; there is no switch to turn on.
-        settings = {"StorageCapacity": fsx.effective_capacity_gib, "DeploymentType": fsx.effective_deployment_type}
-        optional = (
-            ("PerUnitStorageThroughput", fsx.effective_throughput),
-            ("DataCompressionType", fsx.data_compression),
-            ("ImportPath", fsx.import_path),
-            ("ExportPath", fsx.export_path),
-            ("AutoImportPolicy", fsx.auto_import_policy),
-            ("ImportedFileChunkSize", fsx.imported_file_chunk_size),
-            ("DeletionPolicy", fsx.deletion_policy),
-        )
-        settings.update({key: value for key, value in optional if value is not None})
-        if fsx.data_repository_associations:
-            settings["DataRepositoryAssociations"] = [
-                _data_repository_association(association) for association in fsx.data_repository_associations
-            ]
+    """New: every setting, defaults included. Existing: the id, and only what the spec itself sets
+    (ParallelCluster refuses creation settings beside a FileSystemId; validate says so first)."""
+    new = fsx.is_new
+    settings: Config = {} if new else {"FileSystemId": fsx.file_system_id}
+    # FSx for Lustre always encrypts at rest; there is no switch to turn on.
+    fields = (
+        ("StorageCapacity", fsx.effective_capacity_gib if new else fsx.storage_capacity_gib),
+        ("DeploymentType", fsx.effective_deployment_type if new else fsx.deployment_type),
+        ("PerUnitStorageThroughput", fsx.effective_throughput if new else fsx.per_unit_storage_throughput),
+        ("DataCompressionType", fsx.data_compression),
+        ("ImportPath", fsx.import_path),
+        ("ExportPath", fsx.export_path),
+        ("AutoImportPolicy", fsx.auto_import_policy),
+        ("ImportedFileChunkSize", fsx.imported_file_chunk_size),
+        ("DeletionPolicy", (fsx.deletion_policy or DEFAULT_DELETION_POLICY) if new else fsx.deletion_policy),
+    )
+    settings.update({key: value for key, value in fields if value is not None})
+    if fsx.data_repository_associations:
+        settings["DataRepositoryAssociations"] = [
+            _data_repository_association(association) for association in fsx.data_repository_associations
+        ]
     return {"MountDir": fsx.mount_dir, "Name": fsx.name, "StorageType": "FsxLustre", "FsxLustreSettings": settings}
 
 
@@ -254,15 +372,14 @@ def _data_repository_association(association: DataRepositoryAssociationSpec) -> 
 
 
 def _efs(efs: EfsSpec) -> Config:
-    settings: Config
-    if efs.file_system_id is not None:
-        settings = {"FileSystemId": efs.file_system_id}
-    else:
-        settings = {"Encrypted": True}
-        if efs.throughput_mode is not None:
-            settings["ThroughputMode"] = efs.throughput_mode
-        if efs.deletion_policy is not None:
-            settings["DeletionPolicy"] = efs.deletion_policy
+    new = efs.is_new
+    settings: Config = {"Encrypted": True} if new else {"FileSystemId": efs.file_system_id}
+    fields = (
+        ("ThroughputMode", efs.throughput_mode),
+        ("ProvisionedThroughput", efs.provisioned_throughput),
+        ("DeletionPolicy", (efs.deletion_policy or DEFAULT_DELETION_POLICY) if new else efs.deletion_policy),
+    )
+    settings.update({key: value for key, value in fields if value is not None})
     return {"MountDir": efs.mount_dir, "Name": efs.name, "StorageType": "Efs", "EfsSettings": settings}
 
 
@@ -272,13 +389,13 @@ def _openzfs(volume: OpenZfsSpec) -> Config:
 
 
 def _ebs(ebs: EbsSpec) -> Config:
-    settings: Config
-    if ebs.volume_id is not None:
-        settings = {"VolumeId": ebs.volume_id}
-    else:
-        settings = {"VolumeType": ebs.volume_type, "Encrypted": True}
-        if ebs.size_gib is not None:
-            settings["Size"] = ebs.size_gib
+    new = ebs.is_new
+    settings: Config = {"VolumeType": ebs.volume_type, "Encrypted": True} if new else {"VolumeId": ebs.volume_id}
+    fields = (
+        ("Size", ebs.size_gib),
+        ("DeletionPolicy", (ebs.deletion_policy or DEFAULT_DELETION_POLICY) if new else ebs.deletion_policy),
+    )
+    settings.update({key: value for key, value in fields if value is not None})
     return {"MountDir": ebs.mount_dir, "Name": ebs.name, "StorageType": "Ebs", "EbsSettings": settings}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from clusterkit import catalog
+from clusterkit import catalog, offerings
 
 PARALLELCLUSTER_VERSION = "3.16"
 DEFAULT_OS = "ubuntu2204"
@@ -22,12 +22,17 @@ DEFAULT_MAX_COUNT = 10
 DEFAULT_LUSTRE_DEPLOYMENT = "PERSISTENT_2"
 DEFAULT_LUSTRE_CAPACITY_GIB = 1200
 DEFAULT_LUSTRE_THROUGHPUT = 250  # MB/s per TiB, for PERSISTENT_* only
-# Public post-install script from aws-samples that enables the pyxis/enroot shipped (disabled) since 3.11.
-DEFAULT_PYXIS_SCRIPT = (
-    "https://raw.githubusercontent.com/aws-samples/aws-parallelcluster-post-install-scripts/main/pyxis/postinstall.sh"
-)
+# Storage the cluster creates outlives it unless the spec says Delete: checkpoints live on /fsx.
+DEFAULT_DELETION_POLICY = "Retain"
 # ParallelCluster mounts the instance-store NVMe here; enroot's data belongs there, not on the root volume.
 EPHEMERAL_MOUNT_DIR = "/scratch"
+# Where enroot keeps its data on nodes without instance storage (head node, CPU queues).
+ROOT_VOLUME_ENROOT_DIR = "/var/enroot"
+# AWS-managed policies every node role gets unless the spec names its own: SSM Session Manager (reach
+# nodes without an SSH key or an open port) and read-only ECR (pull training images).
+DEFAULT_NODE_POLICIES = ("AmazonSSMManagedInstanceCore", "AmazonEC2ContainerRegistryReadOnly")
+# The bucket clusterkit uploads its node scripts to when the spec names none; ACCOUNT is filled in at create.
+DEFAULT_SCRIPTS_BUCKET = "clusterkit-{account}-{region}"
 
 
 @dataclass
@@ -38,6 +43,17 @@ class PlacementGroupSpec:
 
 
 @dataclass
+class IamSpec:
+    """Extra permissions of a node role. `None`: DEFAULT_NODE_POLICIES; `[]`: none at all."""
+
+    additional_policies: list[str] | None = None  # policy ARNs, or names of AWS-managed policies
+
+    @property
+    def effective_policies(self) -> list[str]:
+        return list(DEFAULT_NODE_POLICIES) if self.additional_policies is None else list(self.additional_policies)
+
+
+@dataclass
 class ComputeSpec:
     name: str
     instance_type: str
@@ -45,8 +61,10 @@ class ComputeSpec:
     max_count: int | None = None  # static + dynamic nodes
     efa: bool | None = None  # None: on when the instance type has EFA
     capacity_reservation_id: str | None = None
+    capacity_reservation_resource_group_arn: str | None = None  # an EC2 resource group of reservations (ODCR)
     placement_group: PlacementGroupSpec | None = None  # overrides the queue's
     disable_hyperthreading: bool | None = None
+    slurm_settings: dict[str, str] = field(default_factory=dict)  # node-level slurm.conf keys, e.g. Sockets
 
     @property
     def effective_min_count(self) -> int:
@@ -61,11 +79,19 @@ class ComputeSpec:
         return catalog.find_instance_type(self.instance_type)
 
     @property
+    def facts(self) -> offerings.InstanceFacts | None:
+        return offerings.table().facts(self.instance_type)
+
+    @property
     def efa_enabled(self) -> bool:
         if self.efa is not None:
             return self.efa
-        instance = self.instance
-        return bool(instance and instance.efa)
+        facts = self.facts
+        return bool(facts and facts.efa)
+
+    @property
+    def reserved(self) -> bool:
+        return self.capacity_reservation_id is not None or self.capacity_reservation_resource_group_arn is not None
 
 
 @dataclass
@@ -91,19 +117,51 @@ class QueueSpec:
     exclusive: bool | None = None  # Slurm JobExclusiveAllocation
     root_volume_gb: int | None = None
     custom_actions: CustomActionsSpec | None = None
+    iam: IamSpec = field(default_factory=IamSpec)
+    gpu_health_checks: bool | None = None  # None: on when every compute resource has GPUs
+
+    def instance_facts(self) -> list[offerings.InstanceFacts]:
+        """The facts of the queue's instance types that exist (unknown types are a rule's business)."""
+        return [facts for facts in (compute.facts for compute in self.compute) if facts is not None]
+
+    @property
+    def gpu_health_checks_enabled(self) -> bool:
+        if self.gpu_health_checks is not None:
+            return self.gpu_health_checks
+        facts = self.instance_facts()
+        return bool(facts) and len(facts) == len(self.compute) and all(f.accelerator == "gpu" for f in facts)
 
 
 def uses_reserved_capacity(queue: QueueSpec, compute: ComputeSpec) -> bool:
     """Capacity Blocks and (AWS-delivered) reservations: capacity that is not in our placement group."""
-    return queue.capacity_type == "CAPACITY_BLOCK" or compute.capacity_reservation_id is not None
+    return queue.capacity_type == "CAPACITY_BLOCK" or compute.reserved
 
 
 @dataclass
 class HeadNodeSpec:
     instance_type: str = DEFAULT_HEAD_NODE_TYPE
     root_volume_gb: int = 200
-    subnet_id: str | None = None  # None: the cluster's subnet_id
+    subnet_id: str | None = None  # None: the cluster's subnet_id (a public subnet here, private queues: fine)
     custom_actions: CustomActionsSpec | None = None
+    iam: IamSpec = field(default_factory=IamSpec)
+
+
+@dataclass
+class LoginNodesSpec:
+    """A pool of login nodes: where people ssh to and submit from, so the head node is left to Slurm."""
+
+    name: str
+    instance_type: str
+    count: int = 1
+    subnet_id: str | None = None  # None: the head node's subnet
+    iam: IamSpec = field(default_factory=IamSpec)
+
+
+@dataclass
+class ImageSpec:
+    # An AMI id (ami-...) or name. A name is looked up at create (the newest available image of that name);
+    # a dry run writes a placeholder id and says so. Rocky Linux needs one: ParallelCluster publishes none.
+    custom_ami: str | None = None
 
 
 @dataclass
@@ -139,7 +197,7 @@ class LustreSpec:
     auto_import_policy: str | None = None
     imported_file_chunk_size: int | None = None
     data_repository_associations: list[DataRepositoryAssociationSpec] = field(default_factory=list)
-    deletion_policy: str | None = None  # Delete (ParallelCluster's default) or Retain
+    deletion_policy: str | None = None  # None: DEFAULT_DELETION_POLICY (Retain); Delete removes it with the cluster
 
     @property
     def is_new(self) -> bool:
@@ -167,8 +225,13 @@ class EfsSpec:
     name: str = "home"
     mount_dir: str = "/home"
     file_system_id: str | None = None
-    throughput_mode: str | None = None  # bursting, provisioned or elastic
-    deletion_policy: str | None = None
+    throughput_mode: str | None = None  # bursting (EFS's default) or provisioned
+    provisioned_throughput: int | None = None  # MiB/s, 1-1024; required with throughput_mode: provisioned
+    deletion_policy: str | None = None  # None: DEFAULT_DELETION_POLICY (Retain)
+
+    @property
+    def is_new(self) -> bool:
+        return self.file_system_id is None
 
 
 @dataclass
@@ -184,9 +247,14 @@ class OpenZfsSpec:
 class EbsSpec:
     name: str
     mount_dir: str
-    size_gib: int | None = None
+    size_gib: int | None = None  # None: ParallelCluster's 35 GiB (st1 and sc1 need 500 or more)
     volume_type: str = "gp3"
     volume_id: str | None = None  # an existing volume
+    deletion_policy: str | None = None  # new volumes: None is DEFAULT_DELETION_POLICY; Delete, Retain or Snapshot
+
+    @property
+    def is_new(self) -> bool:
+        return self.volume_id is None
 
 
 @dataclass
@@ -199,16 +267,27 @@ class StorageSpec:
 
 @dataclass
 class PyxisSpec:
+    """pyxis and enroot, which ParallelCluster (>= 3.11) ships disabled, enabled by clusterkit's node script."""
+
     enabled: bool = True
-    script: str = DEFAULT_PYXIS_SCRIPT
+    # Where enroot keeps container data on nodes with instance storage; others use ROOT_VOLUME_ENROOT_DIR.
     enroot_dir: str = f"{EPHEMERAL_MOUNT_DIR}/enroot"
+
+
+@dataclass
+class NeuronSpec:
+    """The Neuron driver, runtime and tools on Trainium/Inferentia nodes (ParallelCluster's AMIs carry none).
+
+    None: installed on queues whose instances have Neuron devices, unless the cluster boots a custom AMI."""
+
+    install: bool | None = None
 
 
 @dataclass
 class AccountingSpec:
     """Slurm accounting database; the password lives in Secrets Manager, never in the config."""
 
-    uri: str
+    uri: str  # host:port, no scheme
     user_name: str
     password_secret_arn: str
 
@@ -237,16 +316,24 @@ class ClusterSpec:
     queues: list[QueueSpec]
     region: str = DEFAULT_REGION
     os: str = DEFAULT_OS
+    image: ImageSpec = field(default_factory=ImageSpec)
     subnet_id: str | None = None  # head node, and queues without their own subnet_ids
     head_node: HeadNodeSpec = field(default_factory=HeadNodeSpec)
+    login_nodes: list[LoginNodesSpec] = field(default_factory=list)
     ssh: SshSpec = field(default_factory=SshSpec)
     storage: StorageSpec = field(default_factory=StorageSpec)
     pyxis: PyxisSpec = field(default_factory=PyxisSpec)
+    neuron: NeuronSpec = field(default_factory=NeuronSpec)
     slurm: SlurmSpec = field(default_factory=SlurmSpec)
     monitoring: MonitoringSpec = field(default_factory=MonitoringSpec)
+    # Where clusterkit uploads its node scripts at create; None: DEFAULT_SCRIPTS_BUCKET of the account.
+    scripts_bucket: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
 
     def queue_subnets(self, queue: QueueSpec) -> list[str]:
         if queue.subnet_ids:
             return list(queue.subnet_ids)
         return [self.subnet_id] if self.subnet_id else []
+
+    def head_subnet(self) -> str | None:
+        return self.head_node.subnet_id or self.subnet_id

@@ -1,11 +1,14 @@
-"""What a cluster spec adds up to: nodes, accelerators, EFA bandwidth, FSx size and an hourly cost estimate."""
+"""What a cluster spec adds up to: nodes, accelerators, EFA bandwidth, FSx size, an hourly cost estimate,
+and what survives a `delete-cluster`."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
 from clusterkit import catalog
+from clusterkit.cluster.render import render_config
 from clusterkit.cluster.spec import ClusterSpec
+from clusterkit.cluster.storage import storage_fates
 
 # Baseline FSx for Lustre throughput of SCRATCH deployments, MB/s per TiB (PERSISTENT_* set it explicitly).
 SCRATCH_THROUGHPUT_PER_TIB = 200
@@ -23,6 +26,8 @@ class ClusterSummary:
     cost_per_hour_static: float  # head node + static nodes, USD
     cost_per_hour_max: float  # head node + every node at max_nodes, USD
     unpriced_types: list[str] = field(default_factory=list)  # left out of the cost
+    kept_on_delete: list[str] = field(default_factory=list)  # shared storage a delete-cluster leaves
+    deleted_on_delete: list[str] = field(default_factory=list)  # shared storage it removes, files and all
     price_table_date: str = catalog.PRICE_TABLE_DATE
     price_region: str = catalog.PRICE_TABLE_REGION
 
@@ -43,6 +48,10 @@ class ClusterSummary:
         ]
         if self.unpriced_types:
             lines.append(f"no price known for: {', '.join(self.unpriced_types)} (left out of the cost)")
+        for kept in self.kept_on_delete:
+            lines.append(f"delete-cluster keeps: {kept}")
+        for deleted in self.deleted_on_delete:
+            lines.append(f"delete-cluster deletes: {deleted}")
         return lines
 
 
@@ -72,12 +81,15 @@ def summarize(spec: ClusterSpec) -> ClusterSummary:
                 efa_per_node[instance.name] = instance.network_gbps
                 efa_gbps += instance.network_gbps * high
     capacity, throughput = _fsx(spec)
+    fates = storage_fates(render_config(spec))
     return ClusterSummary(
         static_nodes=static_nodes, max_nodes=max_nodes, accelerators=accelerators,
         efa_gbps_per_node=efa_per_node, efa_aggregate_gbps=efa_gbps,
         fsx_capacity_gib=capacity, fsx_throughput_mbps=throughput,
         cost_per_hour_static=round(cost_static, 2), cost_per_hour_max=round(cost_max, 2),
         unpriced_types=sorted(unpriced),
+        kept_on_delete=[str(fate) for fate in fates if fate.kept],
+        deleted_on_delete=[str(fate) for fate in fates if not fate.kept],
     )
 
 

@@ -2,23 +2,33 @@
 
 One small function per rule. Each yields Findings whose path is the field in the user's spec.
 `validate(spec)` runs them all and returns every finding together; errors are values here,
-the CLI decides the exit code.
+the CLI decides the exit code. The rules are measured against ParallelCluster's own validation
+(tests/aws/test_differential.py); facts about instance types and regions come from the dated
+table in `clusterkit.offerings`.
+
+Every pattern is matched in full (`fullmatch`): `re.match(r"^x$")` accepts "x\\n", which is how a
+newline slips into a script. `single_line` refuses control characters in every text field.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-import ipaddress
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
-from clusterkit import catalog
+from clusterkit import offerings
+from clusterkit.cluster.render import PLACEHOLDER_ACCOUNT, enroot_dir, installs_neuron
 from clusterkit.cluster.spec import (
+    DEFAULT_SCRIPTS_BUCKET,
     DEFAULT_SSH_CIDR,
+    EPHEMERAL_MOUNT_DIR,
     ClusterSpec,
     ComputeSpec,
     CustomActionsSpec,
+    IamSpec,
     LustreSpec,
     PlacementGroupSpec,
     QueueSpec,
@@ -32,45 +42,72 @@ rule = CLUSTER_RULES.rule
 
 # Limits and allowed values of ParallelCluster 3.16.
 SUPPORTED_OS = ("alinux2023", "ubuntu2204", "ubuntu2404", "rhel8", "rhel9", "rocky8", "rocky9")
-RESOURCE_NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
+OS_WITHOUT_OFFICIAL_AMI = ("rocky8", "rocky9")
+# ParallelCluster 3.16's supported regions (its `supported-regions` resource file).
+PARALLELCLUSTER_REGIONS = (
+    "af-south-1", "ap-east-1", "ap-northeast-1", "ap-northeast-2", "ap-south-1", "ap-southeast-1", "ap-southeast-2",
+    "ap-southeast-3", "ap-southeast-5", "ap-southeast-7", "ca-central-1", "cn-north-1", "cn-northwest-1",
+    "eu-central-1", "eu-north-1", "eu-south-1", "eu-west-1", "eu-west-2", "eu-west-3", "il-central-1", "me-south-1",
+    "sa-east-1", "us-east-1", "us-east-2", "us-iso-east-1", "us-iso-west-1", "us-isob-east-1", "us-gov-east-1",
+    "us-gov-west-1", "us-west-1", "us-west-2",
+)
+NODE_ARCHITECTURES = ("x86_64", "arm64")
+RESOURCE_NAME_RE = re.compile(r"[a-z][a-z0-9-]*")
 RESOURCE_NAME_MAX = 25
-CLUSTER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]*$")
+CLUSTER_NAME_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9-]*")
 CLUSTER_NAME_MAX = 60
 CLUSTER_NAME_MAX_WITH_ACCOUNTING = 40
 MAX_QUEUES = 50
 MAX_COMPUTE_RESOURCES_PER_QUEUE = 50
 MAX_COMPUTE_RESOURCES_PER_CLUSTER = 50
+MAX_LOGIN_POOLS = 10
 CAPACITY_TYPES = ("ONDEMAND", "SPOT", "CAPACITY_BLOCK")
-CAPACITY_RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{17}$")
-INSTANCE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
-REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
-SUBNET_RE = re.compile(r"^subnet-[0-9a-z]{8}$|^subnet-[0-9a-z]{17}$")
+CAPACITY_RESERVATION_RE = re.compile(r"cr-[0-9a-f]{17}")
+RESOURCE_GROUP_ARN_RE = re.compile(r"arn:aws[a-z-]*:resource-groups:[a-z0-9-]+:\d{12}:group/[A-Za-z0-9_.-]{1,300}")
+INSTANCE_TYPE_RE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
+REGION_RE = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
+SUBNET_RE = re.compile(r"subnet-[0-9a-z]{8}|subnet-[0-9a-z]{17}")
+AMI_ID_RE = re.compile(r"ami-[0-9a-z]{8}|ami-[0-9a-z]{17}")
+AMI_NAME_RE = re.compile(r"[A-Za-z0-9()\[\] ./'@_-]{3,128}")  # EC2's rule for image names
 LUSTRE_DEPLOYMENT_TYPES = ("SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
 LUSTRE_THROUGHPUT = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
 LUSTRE_AUTO_IMPORT_POLICIES = ("NEW", "NEW_CHANGED", "NEW_CHANGED_DELETED")
+IMPORTED_FILE_CHUNK_MIB = (1, 512_000)
 DRA_POLICY_EVENTS = ("NEW", "CHANGED", "DELETED")
 MAX_DATA_REPOSITORY_ASSOCIATIONS = 8
-FSX_LUSTRE_ID_RE = re.compile(r"^fs-[0-9a-z]{17}$")
-EFS_ID_RE = re.compile(r"^fs-[0-9a-z]{8}$|^fs-[0-9a-z]{17}$")
-FSX_VOLUME_ID_RE = re.compile(r"^fsvol-[0-9a-f]{17}$")
-EBS_VOLUME_ID_RE = re.compile(r"^vol-[0-9a-z]{8}$|^vol-[0-9a-z]{17}$")
-EBS_VOLUME_TYPES = ("standard", "io1", "io2", "gp2", "gp3", "st1", "sc1")
+FSX_LUSTRE_ID_RE = re.compile(r"fs-[0-9a-z]{17}")
+EFS_ID_RE = re.compile(r"fs-[0-9a-z]{8}|fs-[0-9a-z]{17}")
+FSX_VOLUME_ID_RE = re.compile(r"fsvol-[0-9a-f]{17}")
+EBS_VOLUME_ID_RE = re.compile(r"vol-[0-9a-z]{8}|vol-[0-9a-z]{17}")
+# Size bounds in GiB per EBS volume type.
+EBS_SIZES = {"standard": (1, 1024), "io1": (4, 16_384), "io2": (4, 65_536), "gp2": (1, 16_384),
+             "gp3": (1, 16_384), "st1": (500, 16_384), "sc1": (500, 16_384)}
+EBS_DEFAULT_SIZE_GIB = 40  # ParallelCluster's, for a new shared volume without a size
+ROOT_VOLUME_TYPE = "gp3"
+AMI_ROOT_VOLUME_GIB = 45  # ParallelCluster 3.16's official AMIs
 EFS_THROUGHPUT_MODES = ("provisioned", "bursting")
+EFS_PROVISIONED_MIBPS = (1, 1024)
 DELETION_POLICIES = ("Delete", "Retain")
+EBS_DELETION_POLICIES = ("Delete", "Retain", "Snapshot")
 MAX_NEW_FSX = MAX_NEW_EFS = 1
 MAX_EXISTING_FSX = MAX_EXISTING_EFS = 20
 MAX_EBS = 5
 STORAGE_NAME_MAX = 30
-# Storage names become tag values.
-TAG_VALUE_RE = re.compile(r"^[\w+\-=.:@/]{0,256}$")
+# Storage names become tag values of ParallelCluster's own resources: its stricter rule.
+STORAGE_NAME_RE = re.compile(r"[\w+\-=.:@/]{1,256}")
 TAG_KEY_MAX = 128
+TAG_VALUE_MAX = 256
+TAG_PUNCTUATION = frozenset(" _.:/=+-@")  # AWS tags: letters, digits, spaces and these
 MAX_TAGS = 40
 RESERVED_MOUNT_DIRS = frozenset((
     "/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/media", "/mnt", "/opt", "/opt/parallelcluster",
     "/opt/parallelcluster/shared", "/opt/parallelcluster/shared_login_nodes", "/opt/slurm", "/opt/intel",
     "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var",
 ))
-MOUNT_DIR_RE = re.compile(r"^/[A-Za-z0-9_./-]*$")
+# ParallelCluster's path pattern: no empty, "." or ".." segments, no trailing "/", no "\" at a segment start.
+MOUNT_DIR_RE = re.compile(r"/?[^/.\\][^/\\]*(/[^/.\\][^/]*)*")
+# A path clusterkit passes to a root shell script and to enroot's shell-expanded configuration.
+SAFE_PATH_RE = re.compile(r"(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+")
 QUEUE_UPDATE_STRATEGIES = ("DRAIN", "COMPUTE_FLEET_STOP", "TERMINATE")
 # slurm.conf keys ParallelCluster manages itself (lower case: Slurm keys are case-insensitive).
 SLURM_DENIED_SETTINGS = frozenset((
@@ -82,15 +119,32 @@ SLURM_DENIED_WITH_ACCOUNTING = frozenset((
     "accountingstoragetype", "accountingstoragehost", "accountingstorageport", "accountingstorageuser",
     "jobacctgathertype",
 ))
+SLURM_DENIED_NODE_SETTINGS = frozenset(("cpus", "gres", "nodeaddr", "nodehostname", "nodename", "state", "weight"))
+SLURM_KEY_RE = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+# A value that hides a second `Key=value` (slurm.conf lines hold several, separated by spaces).
+SLURM_SECOND_SETTING_RE = re.compile(r"\s[A-Za-z][A-Za-z0-9]*=")
 LOG_RETENTION_DAYS = (0, 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653)
-SECRET_ARN_RE = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:.+$")
-SCRIPT_URL_RE = re.compile(r"^(s3|https)://\S+$")
-WORLD_CIDRS = ("0.0.0.0/0", "::/0")
+SECRET_ARN_RE = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+")
+DATABASE_URI_RE = re.compile(r"(?P<host>[A-Za-z0-9.-]+)(:(?P<port>\d{1,5}))?")
+DATABASE_USER_RE = re.compile(r"[A-Za-z0-9_.@-]{1,32}")  # one word: it lands in slurmdbd.conf
+SCRIPT_URL_RE = re.compile(r"(s3|https)://[^\s]+")
+POLICY_ARN_RE = re.compile(r"arn:aws[a-z-]*:iam::(aws|\d{12}):policy/[\w+=,.@/-]{1,512}")
+POLICY_NAME_RE = re.compile(r"[\w+=,.@-]{1,128}")
+BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+PREFIX_LIST_RE = re.compile(r"pl-[a-zA-Z0-9]+")
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9][0-9]|[0-9])"
+IPV4_CIDR_RE = re.compile(rf"({_OCTET}\.){{3}}{_OCTET}/(3[0-2]|[12][0-9]|[0-9])")  # the mask is required
+WORLD_CIDR = "0.0.0.0/0"
+# Control characters, and the Unicode line and paragraph separators: none belongs in a one-line value.
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+MAX_TEXT_CHARS = 4096
 
 
 def validate(spec: ClusterSpec) -> list[Finding]:
-    """Run every rule on the spec; errors first, then warnings and infos, each in rule order."""
-    return CLUSTER_RULES.check(spec)
+    """Run every rule on the spec; errors first, then warnings and infos, each in rule order. A finding is
+    one line whatever the spec holds: control characters in paths and messages are shown escaped."""
+    return [dataclasses.replace(f, path=_shown(f.path), message=_shown(f.message), fix=_shown(f.fix))
+            for f in CLUSTER_RULES.check(spec)]
 
 
 def _error(path: str, message: str, fix: str, value: object = None) -> Finding:
@@ -99,6 +153,10 @@ def _error(path: str, message: str, fix: str, value: object = None) -> Finding:
 
 def _warning(path: str, message: str, fix: str, value: object = None) -> Finding:
     return Finding(Level.WARNING, path, message, fix=fix, value=value)
+
+
+def _info(path: str, message: str, fix: str = "", value: object = None) -> Finding:
+    return Finding(Level.INFO, path, message, fix=fix, value=value)
 
 
 def _compute_resources(spec: ClusterSpec) -> Iterator[tuple[str, QueueSpec, str, ComputeSpec]]:
@@ -115,13 +173,54 @@ def _suggest(value: str, choices: Iterable[str]) -> str:
     return f"use one of: {', '.join(choices)}"
 
 
+def _full(pattern: re.Pattern[str], value: str) -> bool:
+    return pattern.fullmatch(value) is not None
+
+
+# --- text: one line, bounded ---------------------------------------------------------------------
+
+
+def _text_fields(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """(path, text) of every string in a spec: fields, list items, and the keys and values of maps."""
+    if isinstance(value, str):
+        yield path, value
+    elif dataclasses.is_dataclass(value):
+        for field in dataclasses.fields(value):
+            yield from _text_fields(getattr(value, field.name), f"{path}.{field.name}" if path else field.name)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _text_fields(item, f"{path}[{index}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield f"{path} key", key
+            yield from _text_fields(item, f"{path}.{key}")
+
+
+def _shown(text: str) -> str:
+    return CONTROL_RE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+@rule
+def single_line(spec: ClusterSpec) -> Iterator[Finding]:
+    """Every text value lands in a config line, a script argument or a slurm.conf line: one line each."""
+    for path, text in _text_fields(spec, ""):
+        control = CONTROL_RE.search(text)
+        if control:
+            yield _error(path.removesuffix(" key"), f"holds the control character U+{ord(control.group()):04X} "
+                         "(a value is one line of printable text)", "remove line breaks, tabs and control "
+                         "characters", _shown(text))
+        elif len(text) > MAX_TEXT_CHARS:
+            yield _error(path.removesuffix(" key"), f"is {len(text):,} characters; no field needs more than "
+                         f"{MAX_TEXT_CHARS:,}", "shorten it", text)
+
+
 # --- names and counts ---------------------------------------------------------------------------
 
 
 @rule
 def cluster_name(spec: ClusterSpec) -> Iterator[Finding]:
     limit = CLUSTER_NAME_MAX_WITH_ACCOUNTING if spec.slurm.accounting else CLUSTER_NAME_MAX
-    if not CLUSTER_NAME_RE.match(spec.name):
+    if not _full(CLUSTER_NAME_RE, spec.name):
         yield _error("name", "cluster name must start with a letter and hold only letters, digits and '-'",
                      "rename it, e.g. 'train-p4de'", spec.name)
     if len(spec.name) > limit:
@@ -131,7 +230,7 @@ def cluster_name(spec: ClusterSpec) -> Iterator[Finding]:
 
 
 def _resource_name_findings(path: str, name: str, what: str) -> Iterator[Finding]:
-    if not RESOURCE_NAME_RE.match(name):
+    if not _full(RESOURCE_NAME_RE, name):
         yield _error(path, f"{what} name must start with a lower-case letter and hold only a-z, 0-9 and '-'",
                      "use a name like 'gpu' or 'p4de-od'", name)
     if len(name) > RESOURCE_NAME_MAX:
@@ -173,8 +272,8 @@ def resource_counts(spec: ClusterSpec) -> Iterator[Finding]:
                      "merge queues", len(spec.queues))
     for q, queue in enumerate(spec.queues):
         if not queue.compute:
-            yield _error(f"queues[{q}].compute", "a queue needs at least one compute resource",
-                         "add a compute resource with a name and an instance_type")
+            yield _warning(f"queues[{q}].compute", f"queue {queue.name!r} has no compute resource: it never runs a job",
+                           "add a compute resource with a name and an instance_type, or remove the queue")
         if len(queue.compute) > MAX_COMPUTE_RESOURCES_PER_QUEUE:
             yield _error(f"queues[{q}].compute", f"{len(queue.compute)} compute resources; at most "
                          f"{MAX_COMPUTE_RESOURCES_PER_QUEUE} per queue", "split the queue", len(queue.compute))
@@ -199,38 +298,92 @@ def node_counts(spec: ClusterSpec) -> Iterator[Finding]:
                          "raise max_count to at least min_count", compute.effective_max_count)
 
 
-# --- instance types, EFA, placement, capacity --------------------------------------------------
+@rule
+def login_nodes(spec: ClusterSpec) -> Iterator[Finding]:
+    if len(spec.login_nodes) > MAX_LOGIN_POOLS:
+        yield _error("login_nodes", f"{len(spec.login_nodes)} login node pools; at most {MAX_LOGIN_POOLS}",
+                     "merge pools", len(spec.login_nodes))
+    for p, pool in enumerate(spec.login_nodes):
+        yield from _resource_name_findings(f"login_nodes[{p}].name", pool.name, "login node pool")
+        if pool.count < 0:
+            yield _error(f"login_nodes[{p}].count", "count must be 0 or more", "e.g. count: 1", pool.count)
+    yield from _duplicates([pool.name for pool in spec.login_nodes], lambda p: f"login_nodes[{p}].name",
+                           "login node pool")
 
 
-def _instance_type_findings(path: str, name: str) -> Iterator[Finding]:
-    if catalog.find_instance_type(name):
-        return
-    fix = _suggest(name, sorted(catalog.INSTANCE_TYPES))
-    if not INSTANCE_TYPE_RE.match(name):
-        yield _error(path, f"{name!r} is not an EC2 instance type", fix, name)
-    else:
-        # The catalog is not every EC2 type: an unknown but well-formed name may be valid.
-        yield _warning(path, f"instance type {name!r} is not in clusterkit's catalog; EFA, accelerators and "
-                       "cost cannot be checked", fix, name)
+# --- instance types: existence, regions, architectures, EFA ---------------------------------------
+
+
+def _instance_types(spec: ClusterSpec) -> Iterator[tuple[str, str]]:
+    """(path, instance type) of every node of the cluster."""
+    yield "head_node.instance_type", spec.head_node.instance_type
+    for p, pool in enumerate(spec.login_nodes):
+        yield f"login_nodes[{p}].instance_type", pool.instance_type
+    for _, _, path, compute in _compute_resources(spec):
+        yield f"{path}.instance_type", compute.instance_type
 
 
 @rule
 def instance_types(spec: ClusterSpec) -> Iterator[Finding]:
-    yield from _instance_type_findings("head_node.instance_type", spec.head_node.instance_type)
-    for _, _, path, compute in _compute_resources(spec):
-        yield from _instance_type_findings(f"{path}.instance_type", compute.instance_type)
+    table = offerings.table()
+    for path, name in _instance_types(spec):
+        if table.facts(name) is not None:
+            continue
+        close = table.similar(name)
+        fix = (f"did you mean {' or '.join(map(repr, close))}?" if close
+               else "see `aws ec2 describe-instance-types` for the names of EC2 instance types")
+        what = "is not an EC2 instance type" if not _full(INSTANCE_TYPE_RE, name) else "does not exist in EC2"
+        yield _error(path, f"{name!r} {what} (clusterkit's instance table of {table.generated})", fix, name)
+
+
+@rule
+def instance_regions(spec: ClusterSpec) -> Iterator[Finding]:
+    table = offerings.table()
+    if not table.covers(spec.region):
+        if _full(REGION_RE, spec.region):
+            yield _warning("region", f"clusterkit's instance table ({table.generated}) has no data for "
+                           f"{spec.region}: whether it offers these instance types is checked only at create",
+                           "regenerate the table (scripts/regenerate-instance-offerings.py), or create the "
+                           "cluster to have AWS check", spec.region)
+        return
+    for path, name in _instance_types(spec):
+        if table.facts(name) is None or table.offered(name, spec.region):
+            continue
+        where = table.regions_offering(name)
+        offered = f"it is offered in {', '.join(where)}" if where else "no region offers it"
+        yield _error(path, f"{name} is not offered in {spec.region} ({offered}; instance table of "
+                     f"{table.generated})", "use one of those regions (--region), or another instance type", name)
+
+
+@rule
+def architectures(spec: ClusterSpec) -> Iterator[Finding]:
+    """Compute nodes boot the head node's image, so they share its architecture (login pools get an image
+    of their own architecture; a custom AMI's architecture is checked at create)."""
+    table = offerings.table()
+    head = table.facts(spec.head_node.instance_type)
+    for path, name in _instance_types(spec):
+        facts = table.facts(name)
+        if facts is None:
+            continue
+        if facts.architecture not in NODE_ARCHITECTURES:
+            yield _error(path, f"{name} is a {facts.architecture} type; ParallelCluster runs x86_64 and arm64 nodes",
+                         "choose an x86_64 or arm64 instance type", name)
+        elif head is not None and facts.architecture != head.architecture and path.startswith("queues["):
+            yield _error(path, f"{name} is {facts.architecture} but the head node ({head.name}) is "
+                         f"{head.architecture}: compute nodes boot the head node's {head.architecture} image",
+                         f"choose a {head.architecture} instance type, or a head node of {facts.architecture}", name)
 
 
 @rule
 def efa_support(spec: ClusterSpec) -> Iterator[Finding]:
     for _, _, path, compute in _compute_resources(spec):
-        instance = compute.instance
-        if instance is None:
+        facts = compute.facts
+        if facts is None:
             continue
-        if compute.efa and not instance.efa:
+        if compute.efa and not facts.efa:
             yield _error(f"{path}.efa", f"{compute.instance_type} has no EFA network interface",
                          "set efa: false, or use an EFA-capable type (p4de, p5, trn1, g5.8xlarge and up)", True)
-        elif compute.efa is False and instance.efa:
+        elif compute.efa is False and facts.efa:
             yield _warning(f"{path}.efa", f"{compute.instance_type} supports EFA but it is turned off; multi-node "
                            "training then runs over plain TCP", "remove 'efa: false'", False)
 
@@ -261,8 +414,7 @@ def efa_placement(spec: ClusterSpec) -> Iterator[Finding]:
     for queue_path, queue, path, compute in _compute_resources(spec):
         if not compute.efa_enabled:
             continue
-        multi_az = len(spec.queue_subnets(queue)) > 1
-        if multi_az:
+        if len(spec.queue_subnets(queue)) > 1:
             yield _error(f"{queue_path}.subnet_ids", "EFA needs all nodes in one Availability Zone; this queue "
                          "spans several subnets", "give the queue one subnet, or set efa: false",
                          spec.queue_subnets(queue))
@@ -287,9 +439,16 @@ def capacity(spec: ClusterSpec) -> Iterator[Finding]:
                          _suggest(queue.capacity_type, CAPACITY_TYPES), queue.capacity_type)
     for _, queue, path, compute in _compute_resources(spec):
         reservation = compute.capacity_reservation_id
-        if reservation is not None and not CAPACITY_RESERVATION_RE.match(reservation):
+        group = compute.capacity_reservation_resource_group_arn
+        if reservation is not None and not _full(CAPACITY_RESERVATION_RE, reservation):
             yield _error(f"{path}.capacity_reservation_id", "capacity reservation ids look like cr-<17 hex digits>",
                          "copy the id from the EC2 console (Capacity Reservations)", reservation)
+        if group is not None and not _full(RESOURCE_GROUP_ARN_RE, group):
+            yield _error(f"{path}.capacity_reservation_resource_group_arn", "a resource group ARN looks like "
+                         "arn:aws:resource-groups:REGION:ACCOUNT:group/NAME", "copy the group's ARN", group)
+        if reservation is not None and group is not None:
+            yield _error(f"{path}.capacity_reservation_resource_group_arn", "give either a capacity reservation or "
+                         "a resource group of reservations, not both", "remove one of them", group)
         if queue.capacity_type != "CAPACITY_BLOCK":
             continue
         if reservation is None:
@@ -303,6 +462,12 @@ def capacity(spec: ClusterSpec) -> Iterator[Finding]:
 
 
 # --- shared storage ----------------------------------------------------------------------------
+
+
+def _chunk_size_findings(path: str, size: int | None) -> Iterator[Finding]:
+    low, high = IMPORTED_FILE_CHUNK_MIB
+    if size is not None and not low <= size <= high:
+        yield _error(path, f"imported_file_chunk_size is {low} to {high:,} MiB", "e.g. 1024", size)
 
 
 def _lustre_new_findings(path: str, fsx: LustreSpec) -> Iterator[Finding]:
@@ -337,6 +502,7 @@ def _lustre_new_findings(path: str, fsx: LustreSpec) -> Iterator[Finding]:
             if getattr(fsx, key) is not None:
                 yield _error(f"{path}.{key}", f"{key} needs import_path", "set import_path: s3://BUCKET/PREFIX, or "
                              "use data_repository_associations", getattr(fsx, key))
+    yield from _chunk_size_findings(f"{path}.imported_file_chunk_size", fsx.imported_file_chunk_size)
     if fsx.auto_import_policy is not None and fsx.auto_import_policy not in LUSTRE_AUTO_IMPORT_POLICIES:
         yield _error(f"{path}.auto_import_policy", f"unknown auto import policy {fsx.auto_import_policy!r}",
                      _suggest(fsx.auto_import_policy, LUSTRE_AUTO_IMPORT_POLICIES), fsx.auto_import_policy)
@@ -364,15 +530,20 @@ def _dra_findings(path: str, fsx: LustreSpec) -> Iterator[Finding]:
             yield _error(f"{dra_path}.data_repository_path", "must be an S3 URL", "write it as s3://BUCKET/PREFIX",
                          association.data_repository_path)
         if not association.file_system_path.startswith("/"):
-            yield _error(f"{dra_path}.file_system_path", "must be a path inside the file system, starting with '/'",
-                         "e.g. /data", association.file_system_path)
+            yield _warning(f"{dra_path}.file_system_path", "a path inside the file system starts with '/'",
+                           f"write /{association.file_system_path}", association.file_system_path)
+        yield from _chunk_size_findings(f"{dra_path}.imported_file_chunk_size", association.imported_file_chunk_size)
         for key in ("auto_import_policy", "auto_export_policy"):
             for event in getattr(association, key):
                 if event not in DRA_POLICY_EVENTS:
                     yield _error(f"{dra_path}.{key}", f"unknown event {event!r}", _suggest(event, DRA_POLICY_EVENTS),
                                  event)
-    yield from _duplicates([a.name for a in associations],
-                           lambda d: f"{path}.data_repository_associations[{d}].name", "data repository association")
+    names = Counter(a.name for a in associations)
+    for d, association in enumerate(associations):
+        if names[association.name] > 1:
+            yield _warning(f"{path}.data_repository_associations[{d}].name", f"two associations are named "
+                           f"{association.name!r}: a cluster update cannot tell them apart", "give each its own name",
+                           association.name)
 
 
 _LUSTRE_CREATION_FIELDS = ("deployment_type", "storage_capacity_gib", "per_unit_storage_throughput",
@@ -387,7 +558,7 @@ def lustre_settings(spec: ClusterSpec) -> Iterator[Finding]:
         if fsx.is_new:
             yield from _lustre_new_findings(path, fsx)
             continue
-        if not FSX_LUSTRE_ID_RE.match(fsx.file_system_id or ""):
+        if not _full(FSX_LUSTRE_ID_RE, fsx.file_system_id or ""):
             yield _error(f"{path}.file_system_id", "FSx file system ids look like fs-<17 characters>",
                          "copy the id from the FSx console", fsx.file_system_id)
         for key in _LUSTRE_CREATION_FIELDS:
@@ -402,51 +573,78 @@ def lustre_settings(spec: ClusterSpec) -> Iterator[Finding]:
 
 @rule
 def efs_settings(spec: ClusterSpec) -> Iterator[Finding]:
+    low, high = EFS_PROVISIONED_MIBPS
     for i, efs in enumerate(spec.storage.efs):
         path = f"storage.efs[{i}]"
-        if efs.file_system_id is not None:
-            if not EFS_ID_RE.match(efs.file_system_id):
+        if not efs.is_new:
+            if not _full(EFS_ID_RE, efs.file_system_id or ""):
                 yield _error(f"{path}.file_system_id", "EFS ids look like fs-<8 or 17 characters>",
                              "copy the id from the EFS console", efs.file_system_id)
-            for key in ("throughput_mode", "deletion_policy"):
+            for key in ("throughput_mode", "provisioned_throughput", "deletion_policy"):
                 if getattr(efs, key) is not None:
                     yield _error(f"{path}.{key}", f"{key} only applies to a new file system", f"remove {key}",
                                  getattr(efs, key))
-        if efs.throughput_mode is not None and efs.throughput_mode not in EFS_THROUGHPUT_MODES:
-            yield _error(f"{path}.throughput_mode", f"unknown EFS throughput mode {efs.throughput_mode!r}",
-                         _suggest(efs.throughput_mode, EFS_THROUGHPUT_MODES), efs.throughput_mode)
+            continue
+        mode, throughput = efs.throughput_mode, efs.provisioned_throughput
+        if mode is not None and mode not in EFS_THROUGHPUT_MODES:
+            yield _error(f"{path}.throughput_mode", f"unknown EFS throughput mode {mode!r}",
+                         _suggest(mode, EFS_THROUGHPUT_MODES), mode)
+        elif mode == "provisioned" and throughput is None:
+            yield _error(f"{path}.provisioned_throughput", "throughput_mode provisioned needs provisioned_throughput",
+                         f"set provisioned_throughput in MiB/s ({low}-{high})")
+        elif mode != "provisioned" and throughput is not None:
+            yield _error(f"{path}.provisioned_throughput", "provisioned_throughput needs throughput_mode: provisioned",
+                         "set throughput_mode: provisioned, or remove provisioned_throughput", throughput)
+        if throughput is not None and not low <= throughput <= high:
+            yield _error(f"{path}.provisioned_throughput", f"provisioned_throughput is {low} to {high} MiB/s",
+                         "e.g. 128", throughput)
+
+
+def _ebs_size_findings(path: str, volume_type: str, size: int, what: str) -> Iterator[Finding]:
+    if volume_type not in EBS_SIZES:
+        return
+    low, high = EBS_SIZES[volume_type]
+    if not low <= size <= high:
+        yield _error(path, f"{what} {volume_type} volume of {size} GiB; {volume_type} volumes are {low} to "
+                     f"{high:,} GiB", f"give a size from {low} to {high:,} GiB", size)
 
 
 @rule
 def openzfs_and_ebs_settings(spec: ClusterSpec) -> Iterator[Finding]:
     for i, volume in enumerate(spec.storage.openzfs):
-        if not FSX_VOLUME_ID_RE.match(volume.volume_id):
+        if not _full(FSX_VOLUME_ID_RE, volume.volume_id):
             yield _error(f"storage.openzfs[{i}].volume_id", "FSx volume ids look like fsvol-<17 hex digits>",
                          "copy the volume id from the FSx console", volume.volume_id)
     for i, ebs in enumerate(spec.storage.ebs):
         path = f"storage.ebs[{i}]"
-        if ebs.volume_type not in EBS_VOLUME_TYPES:
+        if ebs.volume_type not in EBS_SIZES:
             yield _error(f"{path}.volume_type", f"unknown EBS volume type {ebs.volume_type!r}",
-                         _suggest(ebs.volume_type, EBS_VOLUME_TYPES), ebs.volume_type)
-        if ebs.volume_id is not None:
-            if not EBS_VOLUME_ID_RE.match(ebs.volume_id):
+                         _suggest(ebs.volume_type, EBS_SIZES), ebs.volume_type)
+        if not ebs.is_new:
+            if not _full(EBS_VOLUME_ID_RE, ebs.volume_id or ""):
                 yield _error(f"{path}.volume_id", "EBS volume ids look like vol-<17 characters>",
                              "copy the id from the EC2 console", ebs.volume_id)
-            if ebs.size_gib is not None:
-                yield _error(f"{path}.size_gib", "size_gib only applies to a new volume", "remove size_gib",
-                             ebs.size_gib)
-        elif ebs.size_gib is not None and ebs.size_gib < 1:
-            yield _error(f"{path}.size_gib", "size_gib must be at least 1", "set the size in GiB", ebs.size_gib)
+            for key in ("size_gib", "deletion_policy"):
+                if getattr(ebs, key) is not None:
+                    yield _warning(f"{path}.{key}", f"{key} is ignored for an existing volume (volume_id)",
+                                   f"remove {key}", getattr(ebs, key))
+        elif ebs.size_gib is None:
+            yield from _ebs_size_findings(f"{path}.size_gib", ebs.volume_type, EBS_DEFAULT_SIZE_GIB,
+                                          "no size_gib gives a default")
+        else:
+            yield from _ebs_size_findings(f"{path}.size_gib", ebs.volume_type, ebs.size_gib, "a")
 
 
 @rule
 def deletion_policies(spec: ClusterSpec) -> Iterator[Finding]:
-    entries = [(f"storage.lustre[{i}]", s.deletion_policy) for i, s in enumerate(spec.storage.lustre)]
-    entries += [(f"storage.efs[{i}]", s.deletion_policy) for i, s in enumerate(spec.storage.efs)]
-    for path, policy in entries:
-        if policy is not None and policy not in DELETION_POLICIES:
-            yield _error(f"{path}.deletion_policy", f"unknown deletion policy {policy!r}",
-                         _suggest(policy, DELETION_POLICIES), policy)
+    entries = [(f"storage.lustre[{i}]", s.deletion_policy, DELETION_POLICIES) for i, s in enumerate(spec.storage.lustre)]
+    entries += [(f"storage.efs[{i}]", s.deletion_policy, DELETION_POLICIES) for i, s in enumerate(spec.storage.efs)]
+    entries += [(f"storage.ebs[{i}]", s.deletion_policy, EBS_DELETION_POLICIES)
+                for i, s in enumerate(spec.storage.ebs)]
+    for path, policy, allowed in entries:
+        if policy is not None and policy not in allowed:
+            yield _error(f"{path}.deletion_policy", f"unknown deletion policy {policy!r}", _suggest(policy, allowed),
+                         policy)
 
 
 @rule
@@ -454,7 +652,7 @@ def storage_counts(spec: ClusterSpec) -> Iterator[Finding]:
     storage = spec.storage
     new_fsx = sum(1 for fsx in storage.lustre if fsx.is_new)
     existing_fsx = len(storage.lustre) - new_fsx + len(storage.openzfs)
-    new_efs = sum(1 for efs in storage.efs if efs.file_system_id is None)
+    new_efs = sum(1 for efs in storage.efs if efs.is_new)
     existing_efs = len(storage.efs) - new_efs
     limits = (
         ("storage.lustre", new_fsx, MAX_NEW_FSX, "new FSx file systems", "mount the others by file_system_id"),
@@ -486,7 +684,7 @@ def storage_names(spec: ClusterSpec) -> Iterator[Finding]:
         if name == "default":
             yield _error(f"{path}.name", "'default' is reserved and cannot be a storage name", "pick another name",
                          name)
-        if not name or not TAG_VALUE_RE.match(name):
+        if not _full(STORAGE_NAME_RE, name):
             yield _error(f"{path}.name", "storage names hold letters, digits and + - = . _ : @ / only",
                          "e.g. 'fsx' or 'home'", name)
     yield from _duplicates([name for _, name, _ in entries], lambda i: f"{entries[i][0]}.name", "storage")
@@ -500,26 +698,43 @@ def _normalized_mount_dir(mount_dir: str) -> str:
 def mount_dirs(spec: ClusterSpec) -> Iterator[Finding]:
     seen: list[tuple[str, str]] = []
     for path, _, mount_dir in _storage_entries(spec):
-        if not MOUNT_DIR_RE.match(mount_dir):
-            yield _error(f"{path}.mount_dir", "mount_dir must be an absolute path of letters, digits, '_', '-', "
-                         "'.' and '/'", "e.g. /fsx", mount_dir)
+        field = f"{path}.mount_dir"
+        if not _full(MOUNT_DIR_RE, mount_dir):
+            yield _error(field, "mount_dir must be a path without empty, '.' or '..' parts and without a "
+                         "trailing '/'", "e.g. /fsx or /data/shared", mount_dir)
             continue
+        if not mount_dir.startswith("/"):
+            yield _warning(field, f"a relative mount_dir is mounted at /{mount_dir}",
+                           f"write the absolute path /{mount_dir}", mount_dir)
+        if any(character.isspace() for character in mount_dir):
+            yield _warning(field, "a mount_dir with a space breaks every script and job path that does not quote it",
+                           "use '-' or '_' instead of spaces", mount_dir)
         normalized = _normalized_mount_dir(mount_dir)
         if normalized in RESERVED_MOUNT_DIRS:
-            yield _error(f"{path}.mount_dir", f"{normalized} is a system directory", "mount at /fsx, /data or /home",
-                         mount_dir)
+            yield _error(field, f"{normalized} is a system directory", "mount at /fsx, /data or /home", mount_dir)
             continue
         for other_path, other in seen:
             if normalized == other:
-                yield _error(f"{path}.mount_dir", f"{normalized} is already the mount_dir of {other_path}",
+                yield _error(field, f"{normalized} is already the mount_dir of {other_path}",
                              "give each storage its own mount_dir", mount_dir)
             elif normalized.startswith(other + "/") or other.startswith(normalized + "/"):
-                yield _error(f"{path}.mount_dir", f"{normalized} overlaps {other} ({other_path})",
+                yield _error(field, f"{normalized} overlaps {other} ({other_path})",
                              "mount storage side by side, not inside each other", mount_dir)
         seen.append((path, normalized))
-    if spec.pyxis.enabled and _normalized_mount_dir(spec.pyxis.enroot_dir) in {dir for _, dir in seen}:
-        yield _warning("pyxis.enroot_dir", "enroot data on shared storage is slow and fills it",
-                       "keep enroot_dir on local NVMe (/scratch/enroot)", spec.pyxis.enroot_dir)
+
+
+@rule
+def managed_storage_subnets(spec: ClusterSpec) -> Iterator[Finding]:
+    """ParallelCluster creates FSx for Lustre in one Availability Zone: not with queues in several."""
+    new_lustre = [i for i, fsx in enumerate(spec.storage.lustre) if fsx.is_new]
+    if not new_lustre:
+        return
+    for q, queue in enumerate(spec.queues):
+        if len(spec.queue_subnets(queue)) > 1:
+            yield _error(f"queues[{q}].subnet_ids", "a queue in several subnets cannot reach the FSx for Lustre "
+                         f"file system the cluster creates (storage.lustre[{new_lustre[0]}], one Availability Zone)",
+                         "give the queue one subnet, or mount an existing file system by file_system_id",
+                         spec.queue_subnets(queue))
 
 
 # --- cluster-wide settings ---------------------------------------------------------------------
@@ -527,19 +742,40 @@ def mount_dirs(spec: ClusterSpec) -> Iterator[Finding]:
 
 @rule
 def operating_system(spec: ClusterSpec) -> Iterator[Finding]:
-    if spec.os in SUPPORTED_OS:
-        return
     if spec.os == "alinux2":
         yield _error("os", "alinux2 was dropped in ParallelCluster 3.16", "use alinux2023 or ubuntu2204", spec.os)
-    else:
+    elif spec.os not in SUPPORTED_OS:
         yield _error("os", f"ParallelCluster 3.16 does not support os {spec.os!r}", _suggest(spec.os, SUPPORTED_OS),
                      spec.os)
+    elif spec.os in OS_WITHOUT_OFFICIAL_AMI and not spec.image.custom_ami:
+        yield _error("image.custom_ami", f"ParallelCluster publishes no {spec.os} image: {spec.os} needs a custom AMI",
+                     "build one with `pcluster build-image` and set image.custom_ami, or use ubuntu2204", spec.os)
+
+
+@rule
+def image(spec: ClusterSpec) -> Iterator[Finding]:
+    custom = spec.image.custom_ami
+    if custom is None:
+        return
+    if custom.startswith("ami-"):
+        if not _full(AMI_ID_RE, custom):
+            yield _error("image.custom_ami", "AMI ids look like ami-<17 characters>", "copy the id from the EC2 "
+                         "console, or give the image's name", custom)
+    elif not _full(AMI_NAME_RE, custom):
+        yield _error("image.custom_ami", "not an AMI id (ami-...) nor an AMI name (3-128 letters, digits, spaces "
+                     "and ( ) [ ] . / ' @ _ -)", "give the image's id or exact name", custom)
+    else:
+        yield _info("image.custom_ami", f"AMI {custom!r} is looked up by name at create; until then the config "
+                    "holds a placeholder id", "give the ami- id to see it in the dry run", custom)
 
 
 @rule
 def region(spec: ClusterSpec) -> Iterator[Finding]:
-    if not REGION_RE.match(spec.region):
+    if not _full(REGION_RE, spec.region):
         yield _error("region", f"{spec.region!r} is not an AWS region name", "e.g. us-east-1", spec.region)
+    elif spec.region not in PARALLELCLUSTER_REGIONS:
+        yield _error("region", f"ParallelCluster 3.16 does not support {spec.region}",
+                     _suggest(spec.region, PARALLELCLUSTER_REGIONS), spec.region)
 
 
 @rule
@@ -547,8 +783,9 @@ def subnets(spec: ClusterSpec) -> Iterator[Finding]:
     given = [("subnet_id", spec.subnet_id), ("head_node.subnet_id", spec.head_node.subnet_id)]
     given += [(f"queues[{q}].subnet_ids[{s}]", subnet) for q, queue in enumerate(spec.queues)
               for s, subnet in enumerate(queue.subnet_ids)]
+    given += [(f"login_nodes[{p}].subnet_id", pool.subnet_id) for p, pool in enumerate(spec.login_nodes)]
     for path, subnet in given:
-        if subnet is not None and not SUBNET_RE.match(subnet):
+        if subnet is not None and not _full(SUBNET_RE, subnet):
             yield _error(path, "subnet ids look like subnet-<8 or 17 characters>", "copy the id from the VPC console",
                          subnet)
     if spec.subnet_id is None and (spec.head_node.subnet_id is None or not all(q.subnet_ids for q in spec.queues)):
@@ -560,21 +797,33 @@ def subnets(spec: ClusterSpec) -> Iterator[Finding]:
 def ssh_access(spec: ClusterSpec) -> Iterator[Finding]:
     cidr = spec.ssh.allowed_cidr
     if cidr is None:
-        yield Finding(Level.INFO, "ssh.allowed_cidr", f"SSH to the head node is allowed from {DEFAULT_SSH_CIDR} only",
-                      fix="set ssh.allowed_cidr to your network, or connect with SSM Session Manager",
-                      value=DEFAULT_SSH_CIDR)
-    elif cidr in WORLD_CIDRS:
+        yield _info("ssh.allowed_cidr", f"SSH to the head node is allowed from {DEFAULT_SSH_CIDR} only",
+                    "set ssh.allowed_cidr to your network, or connect with SSM Session Manager", DEFAULT_SSH_CIDR)
+    elif _full(PREFIX_LIST_RE, cidr):
+        pass
+    elif not _full(IPV4_CIDR_RE, cidr):
+        yield _error("ssh.allowed_cidr", f"{cidr!r} is not an IPv4 CIDR block with a mask, nor a prefix list id",
+                     "write it like 203.0.113.0/24 (a single address as 203.0.113.7/32), or pl-...", cidr)
+    elif cidr == WORLD_CIDR:
         yield _warning("ssh.allowed_cidr", "SSH to the head node is open to the whole internet",
                        "restrict it to your network, e.g. 203.0.113.0/24", cidr)
-    elif not cidr.startswith("pl-"):
-        try:
-            ipaddress.ip_network(cidr, strict=False)
-        except ValueError:
-            yield _error("ssh.allowed_cidr", f"{cidr!r} is not a CIDR block or prefix list id",
-                         "write it like 10.0.0.0/16", cidr)
     if not spec.ssh.key_name:
-        yield _warning("ssh.key_name", "no SSH key pair: you can reach the head node only through SSM",
+        yield _warning("ssh.key_name", "no SSH key pair: you reach the head node through SSM Session Manager",
                        "pass --key-name or set ssh.key_name (an ed25519 key; RSA fails on ubuntu2204)")
+
+
+def _slurm_settings_findings(path: str, settings: dict[str, str], denied: frozenset[str], level: str
+                             ) -> Iterator[Finding]:
+    for key, value in settings.items():
+        field = f"{path}.{key}"
+        if not _full(SLURM_KEY_RE, key):
+            yield _error(field, "a slurm.conf key holds only letters and digits", "e.g. RequeueExit", key)
+        elif key.lower() in denied:
+            yield _error(field, f"ParallelCluster manages {key} itself and rejects it at {level} level",
+                         f"remove {key}", value)
+        if SLURM_SECOND_SETTING_RE.search(value):
+            yield _error(field, "the value hides a second `Key=value` setting (slurm.conf reads every word of a "
+                         "line)", "give each setting its own key", value)
 
 
 @rule
@@ -588,26 +837,40 @@ def slurm_settings(spec: ClusterSpec) -> Iterator[Finding]:
         yield _error("slurm.queue_update_strategy", f"unknown queue update strategy {strategy!r}",
                      _suggest(strategy, QUEUE_UPDATE_STRATEGIES), strategy)
     denied = SLURM_DENIED_SETTINGS | (SLURM_DENIED_WITH_ACCOUNTING if slurm.accounting else frozenset())
-    for key in slurm.custom_settings:
-        if key.lower() in denied:
-            yield _error(f"slurm.custom_settings.{key}", f"ParallelCluster manages {key} itself and rejects it",
-                         f"remove {key}", slurm.custom_settings[key])
+    yield from _slurm_settings_findings("slurm.custom_settings", slurm.custom_settings, denied, "cluster")
+    for key, value in slurm.custom_settings.items():
         if key.lower() == "jobrequeue":
-            yield _error(f"slurm.custom_settings.{key}", "JobRequeue is set by slurm.job_requeue",
-                         "use slurm.job_requeue: true/false", slurm.custom_settings[key])
-    if slurm.accounting and not SECRET_ARN_RE.match(slurm.accounting.password_secret_arn):
-        yield _error("slurm.accounting.password_secret_arn", "the database password must be a Secrets Manager "
-                     "secret ARN, never the password itself", "store it in Secrets Manager and give its ARN",
-                     "<hidden>")
+            yield _warning(f"slurm.custom_settings.{key}", f"{key}={value} here wins over slurm.job_requeue",
+                           "use slurm.job_requeue: true/false instead", value)
+    for _, _, path, compute in _compute_resources(spec):
+        yield from _slurm_settings_findings(f"{path}.slurm_settings", compute.slurm_settings,
+                                            SLURM_DENIED_NODE_SETTINGS, "compute resource")
 
 
 @rule
 def slurm_accounting(spec: ClusterSpec) -> Iterator[Finding]:
-    if spec.slurm.accounting is None:
+    accounting = spec.slurm.accounting
+    if accounting is None:
         yield _warning("slurm.accounting", "no Slurm accounting database: sacct cannot tell how jobs ended, "
                        "so clusterkit's job tracking (requeues, watch) and its preflight will not work",
                        "set slurm.accounting (uri, user_name, password_secret_arn) to a MySQL-compatible "
                        "database such as Amazon RDS or Aurora")
+        return
+    uri = DATABASE_URI_RE.fullmatch(accounting.uri)
+    if uri is None:
+        fix = ("write host:port without a scheme" if "://" in accounting.uri
+               else "write host:port, e.g. slurm-db.cluster-abc.us-east-1.rds.amazonaws.com:3306")
+        yield _error("slurm.accounting.uri", "the database address is host:port (no scheme, no path)", fix,
+                     accounting.uri)
+    elif uri["port"] is not None and not 0 < int(uri["port"]) < 65536:
+        yield _error("slurm.accounting.uri", f"port {uri['port']} is not a TCP port", "e.g. 3306", accounting.uri)
+    if not _full(DATABASE_USER_RE, accounting.user_name):
+        yield _error("slurm.accounting.user_name", "the database user is one word of letters, digits and _ . @ - "
+                     "(at most 32; it is written into slurmdbd.conf)", "e.g. slurm", accounting.user_name)
+    if not _full(SECRET_ARN_RE, accounting.password_secret_arn):
+        yield _error("slurm.accounting.password_secret_arn", "the database password must be a Secrets Manager "
+                     "secret ARN, never the password itself", "store it in Secrets Manager and give its ARN",
+                     "<hidden>")
 
 
 def _script_findings(path: str, actions: CustomActionsSpec | None) -> Iterator[Finding]:
@@ -615,7 +878,7 @@ def _script_findings(path: str, actions: CustomActionsSpec | None) -> Iterator[F
         return
     for event in ("on_node_start", "on_node_configured", "on_node_updated"):
         for s, script in enumerate(getattr(actions, event)):
-            if not SCRIPT_URL_RE.match(script.script):
+            if not _full(SCRIPT_URL_RE, script.script):
                 yield _error(f"{path}.{event}[{s}].script", "custom action scripts must be s3:// or https:// URLs",
                              "upload the script to S3 and give its s3:// URL", script.script)
 
@@ -625,9 +888,65 @@ def custom_actions(spec: ClusterSpec) -> Iterator[Finding]:
     yield from _script_findings("head_node.custom_actions", spec.head_node.custom_actions)
     for q, queue in enumerate(spec.queues):
         yield from _script_findings(f"queues[{q}].custom_actions", queue.custom_actions)
-    if spec.pyxis.enabled and not SCRIPT_URL_RE.match(spec.pyxis.script):
-        yield _error("pyxis.script", "the pyxis setup script must be an s3:// or https:// URL",
-                     "upload it to S3 and give its s3:// URL", spec.pyxis.script)
+        if queue.custom_actions is not None and queue.custom_actions.on_node_updated:
+            yield _error(f"queues[{q}].custom_actions.on_node_updated", "on_node_updated runs on the head node only "
+                         "(after a cluster update); compute nodes are replaced instead",
+                         "move it to head_node.custom_actions, or use on_node_configured",
+                         len(queue.custom_actions.on_node_updated))
+
+
+@rule
+def pyxis(spec: ClusterSpec) -> Iterator[Finding]:
+    directory = spec.pyxis.enroot_dir
+    if not spec.pyxis.enabled:
+        return
+    if not _full(SAFE_PATH_RE, directory) or "/../" in f"{directory}/" or "/./" in f"{directory}/":
+        yield _error("pyxis.enroot_dir", "enroot_dir must be an absolute path of letters, digits, '.', '_', '-' "
+                     "and '/' (enroot reads it through a shell), without '.' or '..' parts",
+                     f"e.g. {EPHEMERAL_MOUNT_DIR}/enroot", directory)
+        return
+    shared = {_normalized_mount_dir(mount) for _, _, mount in _storage_entries(spec)}
+    if any(directory == mount or directory.startswith(mount + "/") for mount in shared):
+        yield _warning("pyxis.enroot_dir", "enroot data on shared storage is slow and fills it",
+                       f"keep enroot_dir on local NVMe ({EPHEMERAL_MOUNT_DIR}/enroot)", directory)
+    for q, queue in enumerate(spec.queues):
+        used = enroot_dir(spec, queue.instance_facts())
+        if used != directory and queue.instance_facts():
+            yield _info(f"queues[{q}]", f"queue {queue.name!r} has no instance storage: enroot keeps its data in "
+                        f"{used} on the root volume", "size root_volume_gb for the container images it runs", used)
+
+
+def _iam_entries(spec: ClusterSpec) -> Iterator[tuple[str, IamSpec]]:
+    yield "head_node.iam", spec.head_node.iam
+    for q, queue in enumerate(spec.queues):
+        yield f"queues[{q}].iam", queue.iam
+    for p, pool in enumerate(spec.login_nodes):
+        yield f"login_nodes[{p}].iam", pool.iam
+
+
+@rule
+def iam_policies(spec: ClusterSpec) -> Iterator[Finding]:
+    for path, iam in _iam_entries(spec):
+        for i, policy in enumerate(iam.effective_policies):
+            if policy.startswith("arn:") and not _full(POLICY_ARN_RE, policy):
+                yield _error(f"{path}.additional_policies[{i}]", "not an IAM policy ARN",
+                             "e.g. arn:aws:iam::123456789012:policy/read-datasets", policy)
+            elif not policy.startswith("arn:") and not _full(POLICY_NAME_RE, policy):
+                yield _error(f"{path}.additional_policies[{i}]", "neither a policy ARN nor the name of an "
+                             "AWS-managed policy", "e.g. AmazonSSMManagedInstanceCore", policy)
+
+
+@rule
+def scripts_bucket(spec: ClusterSpec) -> Iterator[Finding]:
+    bucket = spec.scripts_bucket
+    if bucket is not None and (not _full(BUCKET_RE, bucket) or ".." in bucket):
+        yield _error("scripts_bucket", "not an S3 bucket name (3-63 lower-case letters, digits, '.' and '-')",
+                     "e.g. my-team-cluster-scripts", bucket)
+    elif bucket is None and (spec.pyxis.enabled or any(installs_neuron(spec, queue) for queue in spec.queues)):
+        default = DEFAULT_SCRIPTS_BUCKET.format(account="ACCOUNT", region=spec.region)
+        yield _info("scripts_bucket", f"clusterkit's node scripts are uploaded at create to {default} (made if "
+                    f"missing); until then the config names account {PLACEHOLDER_ACCOUNT}",
+                    "set scripts_bucket to use a bucket of your own")
 
 
 @rule
@@ -638,6 +957,10 @@ def monitoring(spec: ClusterSpec) -> Iterator[Finding]:
                      f"use one of {', '.join(map(str, LOG_RETENTION_DAYS))}", days)
 
 
+def _tag_text_ok(text: str) -> bool:
+    return all(character.isalnum() or character in TAG_PUNCTUATION for character in text)
+
+
 @rule
 def tags(spec: ClusterSpec) -> Iterator[Finding]:
     if len(spec.tags) > MAX_TAGS:
@@ -646,17 +969,24 @@ def tags(spec: ClusterSpec) -> Iterator[Finding]:
         if not key or len(key) > TAG_KEY_MAX or key.startswith("parallelcluster:") or key.startswith("aws:"):
             yield _error(f"tags.{key}", "tag keys are 1-128 characters and may not start with 'aws:' or "
                          "'parallelcluster:'", "rename the tag", key)
-        if not TAG_VALUE_RE.match(value):
-            yield _error(f"tags.{key}", "tag values hold letters, digits and + - = . _ : @ / only (no spaces)",
-                         "replace spaces with '-'", value)
+        elif not _tag_text_ok(key):
+            yield _error(f"tags.{key}", "tag keys hold letters, digits, spaces and _ . : / = + - @ only",
+                         "rename the tag", key)
+        if len(value) > TAG_VALUE_MAX or not _tag_text_ok(value):
+            yield _error(f"tags.{key}", f"tag values are at most {TAG_VALUE_MAX} letters, digits, spaces and "
+                         "_ . : / = + - @", "drop the other characters", value)
 
 
 @rule
 def volume_sizes(spec: ClusterSpec) -> Iterator[Finding]:
-    # ParallelCluster's official AMIs have a 40 GiB root volume (35 in older releases): a warning, not an error.
     sizes = [("head_node.root_volume_gb", spec.head_node.root_volume_gb)]
     sizes += [(f"queues[{q}].root_volume_gb", queue.root_volume_gb) for q, queue in enumerate(spec.queues)]
     for path, size in sizes:
-        if size is not None and size < 40:
-            yield _warning(path, f"root volume of {size} GiB is likely smaller than the AMI's (40 GiB)",
-                           "use at least 40 GiB", size)
+        if size is None:
+            continue
+        if size < AMI_ROOT_VOLUME_GIB and not spec.image.custom_ami:
+            yield _error(path, f"a root volume of {size} GiB is smaller than the image's ({AMI_ROOT_VOLUME_GIB} GiB "
+                         "for ParallelCluster 3.16's AMIs)", f"use at least {AMI_ROOT_VOLUME_GIB} GiB", size)
+        else:
+            yield from _ebs_size_findings(path, ROOT_VOLUME_TYPE, size, "a root")
+

@@ -1,24 +1,30 @@
-"""Why each attempt of a job ended: Slurm's state, refined by the supervisor's decision where there is one.
+"""Every attempt of a job, and why each ended: Slurm's accounting, the controller, and the supervisor.
 
-A requeue starts a new attempt under the same job id. The supervisor (inside supervised jobs)
-appends each decision to the run's `decisions.jsonl` (see clusterkit.runtime), keyed by attempt
-(`JOBID.RESTART`); the CLI's `status`, a notebook's `handle.status()` and the watcher read it here.
+A requeue starts a new attempt under the same job id. Three sources know about attempts, and none
+alone is enough: accounting (`sacct -D`) lags the controller by seconds and has been seen to lose an
+attempt when two nodes failed at once; the controller (`scontrol show job`, its Restarts) knows how often the job
+restarted and its current attempt, but forgets the job minutes after it ends; the supervisor (inside
+supervised jobs) records each decision in the run's `decisions.jsonl`, keyed by attempt
+(`JOBID.RESTART`). `merge_attempts` puts them together; the CLI's `status`, a notebook's
+`handle.status()` and the watcher read the result.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit import runtime
+from clusterkit.slurm import AccountingRecord
+from clusterkit.transport import LOCAL, Transport, read_bytes
 
 if TYPE_CHECKING:
     from clusterkit.jobs.records import JobRecord
-    from clusterkit.slurm import AccountingRecord
 
-IN_PROGRESS_STATES = ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING", "SUSPENDED")
+IN_PROGRESS_STATES = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUE_HOLD",
+                      "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT")
+NOT_IN_ACCOUNTING = "unknown"  # the state of an attempt that accounting lost
 _BY_SLURM_STATE = {"COMPLETED": "completed", "NODE_FAIL": "node_failure", "BOOT_FAIL": "node_failure",
                    "TIMEOUT": "time_limit", "PREEMPTED": "preempted", "CANCELLED": "cancelled", "FAILED": "failed",
                    "OUT_OF_MEMORY": "out_of_memory"}
@@ -40,38 +46,55 @@ class Attempt:
         return asdict(self)
 
 
-def decisions(record: JobRecord | None) -> list[dict[str, Any]]:
-    """The supervisor's decisions for a supervised job (all attempts of its run)."""
+def decisions(record: JobRecord | None, transport: Transport = LOCAL) -> list[dict[str, Any]]:
+    """The supervisor's decisions for a supervised job (all attempts of its run), wherever its run is."""
     if record is None or not record.run_state_dir:
         return []
-    path = Path(record.run_state_dir) / runtime.DECISIONS_FILE
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return []
-    found = []
-    for line in lines:
-        try:
-            found.append(json.loads(line))
-        except ValueError:
-            continue  # a line cut short by a full disk: the others still count
-    return found
+    data = read_bytes(transport, Path(record.run_state_dir) / runtime.DECISIONS_FILE)
+    return runtime.parse_decisions(data) if data else []
 
 
-def classify(attempt: AccountingRecord, attempt_index: int, record: JobRecord | None,
-             made: list[dict[str, Any]] | None = None) -> str:
-    """Why an attempt ended: Slurm's state, refined by the supervisor's decision where there is one."""
-    state = attempt.base_state
+def classify(state: str, attempt_id: str, made: list[dict[str, Any]]) -> str:
+    """Why an attempt ended: the supervisor's decision where there is one, else Slurm's state."""
     if state in IN_PROGRESS_STATES:
         return "in progress"
-    made = decisions(record) if made is None else made
-    mine = [d for d in made if d.get("attempt") == f"{attempt.job_id}.{attempt_index}"]
+    mine = [d for d in made if d.get("attempt") == attempt_id]
     if mine and mine[-1].get("decision") != runtime.TERMINATED:  # "terminated": Slurm's state says why
         return str(mine[-1]["decision"])
+    if state == "REQUEUED":
+        return "requeued"
+    if state == NOT_IN_ACCOUNTING:
+        return "requeued (not in accounting)"  # a later attempt exists: this one ended in a requeue
     return _BY_SLURM_STATE.get(state, state.lower())
 
 
-def attempts(accounting: list[AccountingRecord], record: JobRecord | None) -> list[Attempt]:
-    made = decisions(record)
-    return [Attempt(index, a.state, a.exit_code, a.node_list, a.start, a.end, classify(a, index, record, made))
-            for index, a in enumerate(accounting)]
+def merge_attempts(job_id: str, accounting: list[AccountingRecord], controller: dict[str, str],
+                   made: list[dict[str, Any]]) -> list[Attempt]:
+    """Every attempt of `job_id` from accounting, the controller's view (`scontrol show job`, empty once
+    it forgot the job) and the supervisor's decisions; attempts only some of them know still show."""
+    restarts = int(controller["Restarts"]) if controller.get("Restarts", "").isdigit() else None
+    decided = [int(index) for d in made for job, _, index in [str(d.get("attempt", "")).rpartition(".")]
+               if job == job_id and index.isdigit()]
+    count = max(len(accounting), restarts + 1 if restarts is not None else 0, max(decided, default=-1) + 1)
+    slots: list[AccountingRecord | None] = [None] * count
+    # The controller's current attempt is the accounting record that started when it did: that anchors
+    # the records (a lost attempt is then a gap before them, not a shift of every later one).
+    anchor = next((i for i, r in enumerate(accounting)
+                   if restarts is not None and r.start and r.start == controller.get("StartTime")), None)
+    offset = restarts - anchor if anchor is not None and restarts is not None and restarts >= anchor else 0
+    for index, record in enumerate(accounting):
+        slots[index + offset] = record
+    if restarts is not None and slots[restarts] is None:  # accounting has not caught up with the controller
+        slots[restarts] = AccountingRecord(job_id, controller.get("JobName", ""), controller.get("JobState", ""),
+                                           controller.get("ExitCode", ""), controller.get("NodeList", ""),
+                                           controller.get("StartTime", ""), controller.get("EndTime", ""))
+    merged = []
+    for index, record in enumerate(slots):
+        attempt_id = f"{job_id}.{index}"
+        if record is None:
+            merged.append(Attempt(index, NOT_IN_ACCOUNTING, "", "", "", "", classify(NOT_IN_ACCOUNTING, attempt_id,
+                                                                                       made)))
+        else:
+            merged.append(Attempt(index, record.state, record.exit_code, record.node_list, record.start, record.end,
+                                  classify(record.base_state, attempt_id, made)))
+    return merged

@@ -1,11 +1,16 @@
 """Environment presets per instance type: EFA/NCCL for GPU nodes, Neuron runtime settings for Trainium.
 
-Kept minimal and gated by the library versions in the image, because most historical EFA settings
-are defaults or harmful with current software:
+Kept minimal and gated by the library versions in the image (the job spec's `stack`), following the
+AWS EFA cheat-sheet (awsome-distributed-training, 1.architectures/efa-cheatsheet.md) and the sources of
+aws-ofi-nccl and NCCL; docs/reference-parity.md lists every setting with its source:
 - aws-ofi-nccl >= 1.7 with libfabric >= 1.18: FI_PROVIDER=efa and FI_EFA_USE_HUGE_PAGE=0 (huge pages
   make forked dataloader workers fail with ENOMEM);
 - aws-ofi-nccl 1.6.x (or libfabric < 1.18): also FI_EFA_USE_DEVICE_RDMA=1 on RDMA-capable types;
-- aws-ofi-nccl <= 1.5: also NCCL_PROTO=simple.
+- aws-ofi-nccl <= 1.5: also NCCL_PROTO=simple;
+- EFA installer < 1.29.1 with NCCL >= 2.19: FI_EFA_SET_CUDA_SYNC_MEMOPS=0 (else memory registration fails);
+- AWS's NCCL tuner: aws-ofi-nccl 1.8-1.15 ships it as its own library, which NCCL >= 2.19 loads only
+  when NCCL_TUNER_PLUGIN names it; from 1.16 it is inside the net plugin, which NCCL >= 2.21 searches
+  by itself, so only NCCL 2.19-2.20 still need the variable.
 No RDMAV_* variable is ever set. The job spec's own `env` overrides every preset.
 """
 
@@ -21,14 +26,24 @@ from clusterkit.versions import version_tuple
 if TYPE_CHECKING:
     from clusterkit.jobs.spec import JobSpec
 
-# Where the EFA installer puts the aws-ofi-nccl plugin that NCCL loads.
-OFI_NCCL_LIBRARY_DIR = "/opt/amazon/ofi-nccl/lib"
+# Where the aws-ofi-nccl plugin lives, in the order a bare host is searched at run time: the EFA
+# installer's copy on Debian-style systems ({arch}: the machine, e.g. x86_64), on RPM-style systems,
+# then a build from source. A container image sets its own library path.
+OFI_NCCL_LIBRARY_DIRS = ("/opt/amazon/ofi-nccl/lib/{arch}-linux-gnu", "/opt/amazon/ofi-nccl/lib",
+                         "/opt/aws-ofi-nccl/lib")
 NCCL_SOCKET_IFNAME = "^docker,lo,veth"
+# A file name, not a path: the loader finds it on the library path, whichever layout the image has.
+OFI_NCCL_TUNER_LIBRARY = "libnccl-ofi-tuner.so"
+# The compiler flags of the AWS NeuronX Distributed training samples (transformer, LLM training).
+NEURON_CC_FLAGS = "--model-type=transformer --distribution-strategy=llm-training"
+# NCCL settings aws-ofi-nccl's tuner refuses to work with (1.8-1.16: NCCL fails; 1.17+: tuner off).
+TUNER_CONFLICTS = ("NCCL_ALGO", "NCCL_PROTO")
 
 
 @dataclass(frozen=True)
 class JobEnvironment:
-    """Variables to export, and directories to put in front of LD_LIBRARY_PATH on bare hosts."""
+    """Variables to export, and where a bare host may keep the EFA plugin (the first that exists goes
+    in front of LD_LIBRARY_PATH)."""
 
     variables: dict[str, str] = field(default_factory=dict)
     library_dirs: tuple[str, ...] = ()
@@ -36,7 +51,8 @@ class JobEnvironment:
 
 
 def instance_environment(instance: InstanceType | None, *, aws_ofi_nccl: str | None = None,
-                         libfabric: str | None = None) -> JobEnvironment:
+                         libfabric: str | None = None, nccl: str | None = None,
+                         efa_installer: str | None = None) -> JobEnvironment:
     """Presets for one instance type; None (CPU nodes, the local cluster) gets none."""
     if instance is None or instance.accelerator == "none":
         return JobEnvironment()
@@ -47,17 +63,19 @@ def instance_environment(instance: InstanceType | None, *, aws_ofi_nccl: str | N
     summary = f"NCCL on {instance.name}"
     library_dirs: tuple[str, ...] = ()
     if instance.efa:
-        variables.update(_efa_variables(instance.device_rdma, version_tuple(aws_ofi_nccl), version_tuple(libfabric)))
-        library_dirs = (OFI_NCCL_LIBRARY_DIR,)
-        summary += f" over EFA (aws-ofi-nccl {aws_ofi_nccl or 'current'}, libfabric {libfabric or 'current'})"
+        variables.update(_efa_variables(instance.device_rdma, version_tuple(aws_ofi_nccl), version_tuple(libfabric),
+                                        version_tuple(nccl), version_tuple(efa_installer)))
+        library_dirs = OFI_NCCL_LIBRARY_DIRS
+        summary += (f" over EFA (aws-ofi-nccl {aws_ofi_nccl or 'current'}, libfabric {libfabric or 'current'}, "
+                    f"NCCL {nccl or 'current'}, EFA installer {efa_installer or 'current'})")
     if family == "g5":
         # No NVLink between A10Gs: intra-node traffic goes through host memory.
         variables["NCCL_SHM_USE_CUDA_MEMCPY"] = "1"
     return JobEnvironment(dict(sorted(variables.items())), library_dirs, summary)
 
 
-def _efa_variables(device_rdma: bool, ofi_nccl: tuple[int, ...] | None,
-                   libfabric: tuple[int, ...] | None) -> dict[str, str]:
+def _efa_variables(device_rdma: bool, ofi_nccl: tuple[int, ...] | None, libfabric: tuple[int, ...] | None,
+                   nccl: tuple[int, ...] | None, efa_installer: tuple[int, ...] | None) -> dict[str, str]:
     variables = {"FI_PROVIDER": "efa", "FI_EFA_USE_HUGE_PAGE": "0"}
     old_plugin = ofi_nccl is not None and ofi_nccl < (1, 7)
     old_libfabric = libfabric is not None and libfabric < (1, 18)
@@ -65,12 +83,28 @@ def _efa_variables(device_rdma: bool, ofi_nccl: tuple[int, ...] | None,
         variables["FI_EFA_USE_DEVICE_RDMA"] = "1"
     if ofi_nccl is not None and ofi_nccl < (1, 6):
         variables["NCCL_PROTO"] = "simple"
+    new_nccl = nccl is None or nccl >= (2, 19)
+    if efa_installer is not None and efa_installer < (1, 29, 1) and new_nccl:
+        variables["FI_EFA_SET_CUDA_SYNC_MEMOPS"] = "0"
+    if tuner_needs_variable(ofi_nccl, nccl):
+        variables["NCCL_TUNER_PLUGIN"] = OFI_NCCL_TUNER_LIBRARY
     return variables
 
 
+def tuner_needs_variable(ofi_nccl: tuple[int, ...] | None, nccl: tuple[int, ...] | None) -> bool:
+    """Whether NCCL loads AWS's tuner only when NCCL_TUNER_PLUGIN names it (None: a current version)."""
+    if (nccl is not None and nccl < (2, 19)) or (ofi_nccl is not None and ofi_nccl < (1, 8)):
+        return False  # no tuner interface in NCCL, or no tuner in the plugin
+    if ofi_nccl is not None and ofi_nccl < (1, 16):
+        return True  # a library of its own, which no NCCL looks for by itself
+    return nccl is not None and nccl < (2, 21)  # in the net plugin: NCCL >= 2.21 finds it there
+
+
 def _neuron_environment(instance: InstanceType) -> JobEnvironment:
-    # Many Neuron processes per node: cap glibc malloc arenas to keep host memory in check.
-    variables = {"MALLOC_ARENA_MAX": "64"}
+    # Many Neuron processes per node: cap glibc malloc arenas to keep host memory in check. Softmax
+    # fusion and 3 requests in flight are the NeuronX Distributed training samples' settings.
+    variables = {"MALLOC_ARENA_MAX": "64", "NEURON_FUSE_SOFTMAX": "1",
+                 "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS": "3"}
     if instance.efa:
         variables.update({"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1"})
         if instance.device_rdma:
@@ -78,9 +112,14 @@ def _neuron_environment(instance: InstanceType) -> JobEnvironment:
     return JobEnvironment(dict(sorted(variables.items())), (), f"Neuron runtime on {instance.name}")
 
 
-def neuron_compile_environment(cache_dir: str) -> dict[str, str]:
-    """Point the Neuron compiler at a cache on shared storage, so restarts and later runs reuse graphs."""
-    return {"NEURON_CC_FLAGS": f"--cache_dir={cache_dir}"}
+def neuron_compile_flags(cache_dir: str, user_flags: str | None = None) -> str:
+    """NEURON_CC_FLAGS: the user's flags (else the training samples'), always with the shared compile
+    cache, so that restarts and later runs reuse compiled graphs; a cache the user names wins."""
+    flags = NEURON_CC_FLAGS if user_flags is None else user_flags
+    words = flags.split()
+    if any(word == "--cache_dir" or word.startswith("--cache_dir=") for word in words):
+        return flags
+    return f"{flags} --cache_dir={cache_dir}".strip()
 
 
 def run_environment(spec: JobSpec) -> dict[str, str]:
@@ -100,13 +139,17 @@ def run_environment(spec: JobSpec) -> dict[str, str]:
 
 def job_environment(spec: JobSpec) -> JobEnvironment:
     """Everything a job exports: instance presets, launcher settings, run identity, then the spec's env."""
-    preset = instance_environment(spec.instance_facts, aws_ofi_nccl=spec.stack.aws_ofi_nccl,
-                                  libfabric=spec.stack.libfabric)
+    stack = spec.stack
+    preset = instance_environment(spec.instance_facts, aws_ofi_nccl=stack.aws_ofi_nccl, libfabric=stack.libfabric,
+                                  nccl=stack.nccl, efa_installer=stack.efa_installer)
     variables = dict(preset.variables)
-    if spec.launcher.kind == "neuron":
-        variables.update(neuron_compile_environment(spec.launcher.compile_cache))
+    if any(name in spec.env for name in TUNER_CONFLICTS):
+        variables.pop("NCCL_TUNER_PLUGIN", None)  # the tuner would refuse to load (the rules warn)
     variables.update(run_environment(spec))
     variables.update(spec.env)
+    if spec.launcher.kind == "neuron":
+        variables["NEURON_CC_FLAGS"] = neuron_compile_flags(spec.launcher.compile_cache,
+                                                            spec.env.get("NEURON_CC_FLAGS"))
     # A user's own LD_LIBRARY_PATH replaces the preset's addition to it.
     library_dirs = () if "LD_LIBRARY_PATH" in spec.env else preset.library_dirs
     return JobEnvironment(variables, library_dirs, preset.summary)

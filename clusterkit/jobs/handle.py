@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from html import escape
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import ClusterkitError, NotFound
-from clusterkit.jobs.attempts import Attempt, attempts
-from clusterkit.jobs.tracking import JobTracker, is_final
+from clusterkit.jobs.attempts import Attempt, decisions, merge_attempts
+from clusterkit.jobs.tracking import JobTracker, by_job, is_final, state_of
 from clusterkit.slurm import AccountingRecord, SlurmCommandError
+from clusterkit.transport import Transport, exists, read_bytes
 
 if TYPE_CHECKING:
     from clusterkit.jobs.records import JobRecord
@@ -73,26 +75,51 @@ class JobHandle:
         return self.tracker.attempts(self.job_id)
 
     def status(self) -> JobStatus:
-        """The state and every attempt, each classified (node failure, hang, time limit, ...)."""
-        return JobStatus(self.job_id, self.cluster, self.state, str(self.stdout_path) if self.stdout_path else None,
-                         tuple(attempts(self.attempts(), self.record)))
+        """The state and every attempt, each classified (node failure, hang, time limit, ...): accounting,
+        the controller and the supervisor's decisions merged, so none is missing (see jobs.attempts)."""
+        poll = self.tracker.slurm.poll([self.job_id], details_of=self.job_id)  # one round trip for all three
+        accounting = by_job(poll.accounting)
+        merged = merge_attempts(self.job_id, accounting.get(self.job_id, []), poll.details,
+                                decisions(self.record, self.transport))
+        return JobStatus(self.job_id, self.cluster, state_of(self.job_id, poll.queue, accounting),
+                         str(self.stdout_path) if self.stdout_path else None, tuple(merged))
 
     def follow_log(self, poll: float = 0.5, follow: bool = True) -> Iterator[str]:
-        """The job's output as it grows, chunk by chunk, until the job ends (or once, without `follow`)."""
+        """The job's output as it grows, chunk by chunk, until the job ends (or once, without `follow`).
+        Each poll reads only what is new (over SSH too)."""
         position = 0
+        pending = b""
         while True:
             done = not follow or self.done()
-            text = self.stdout()
-            if len(text) > position:
-                yield text[position:]
-                position = len(text)
+            chunk = read_bytes(self.transport, self.stdout_path, position) if self.stdout_path else None
+            if chunk:
+                position += len(chunk)
+                data, pending = _complete_utf8(pending + chunk)
+                if data:
+                    yield data
             if done:
+                if pending:
+                    yield pending.decode(errors="replace")
                 return
             time.sleep(poll)
 
+    @property
+    def transport(self) -> Transport:
+        return self.tracker.slurm.transport
+
+    def log_exists(self) -> bool:
+        return self.stdout_path is not None and exists(self.transport, self.stdout_path)
+
     def wait(self, timeout: float | None = None, poll: float = 1.0,
-             progress: Callable[[str], None] | None = None) -> str:
-        """Block until the job reaches a final state; return that state."""
+             progress: Callable[[str], None] | bool | None = None) -> str:
+        """Block until the job reaches a final state; return that state.
+
+        `progress`: a function that gets one line per change of state (the CLI's), or True for a
+        progress bar (tqdm: a widget in Jupyter, a line in a terminal) with the state and the time.
+        """
+        if progress is True:
+            return self._wait_with_bar(timeout, poll)
+        progress = progress or None
         deadline = None if timeout is None else time.monotonic() + timeout
         last = None
         unknown_since = None
@@ -118,6 +145,30 @@ class JobHandle:
                 raise ClusterkitError(f"job {self.job_id} still {state} after {timeout:.0f} s")
             time.sleep(poll)
 
+    def _wait_with_bar(self, timeout: float | None, poll: float) -> str:
+        from tqdm.auto import tqdm
+
+        with tqdm(total=None, desc=f"job {self.job_id} on {self.cluster}", unit="", leave=True,
+                  bar_format="{desc}: {postfix} [{elapsed}]") as bar:
+            def show(line: str) -> None:
+                bar.set_postfix_str(line.split(": ", 1)[-1])
+
+            state = self.wait(timeout, poll, progress=show)
+            bar.set_postfix_str(state)
+            return state
+
+    def _repr_html_(self) -> str:
+        """A small table for Jupyter: the state, each attempt with its nodes and why it ended, the log's tail."""
+        status = self.status()
+        rows = "".join(f"<tr><td>{a.attempt}</td><td>{escape(a.state)}</td><td>{escape(a.nodes)}</td>"
+                       f"<td>{escape(a.start)}</td><td>{escape(a.end)}</td><td>{escape(a.classification)}</td></tr>"
+                       for a in status.attempts)
+        tail = "\n".join(self.stdout().splitlines()[-10:])
+        return (f"<div><b>job {escape(self.job_id)}</b> on {escape(self.cluster)}: <b>{escape(status.state)}</b>"
+                "<table><tr><th>attempt</th><th>state</th><th>nodes</th><th>start</th><th>end</th>"
+                f"<th>why it ended</th></tr>{rows}</table>"
+                + (f"<pre>{escape(tail)}</pre>" if tail else "") + "</div>")
+
     def result(self, timeout: float | None = None) -> Any:
         state = self.wait(timeout, poll=0.5)
         if self.submitit_job is not None:
@@ -133,20 +184,25 @@ class JobHandle:
         return state
 
     def stdout(self) -> str:
-        return _read(self.stdout_path)
+        return self._read(self.stdout_path)
 
     def stderr(self) -> str:
-        return _read(self.stderr_path) if self.stderr_path != self.stdout_path else ""
+        return self._read(self.stderr_path) if self.stderr_path != self.stdout_path else ""
+
+    def _read(self, path: Path | None) -> str:
+        data = read_bytes(self.transport, path) if path is not None else None
+        return data.decode(errors="replace") if data else ""
 
     def cancel(self) -> None:
         self.tracker.slurm.cancel(self.job_id)
         self.tracker.snapshot(fresh=True)
 
 
-def _read(path: Path | None) -> str:
-    if path is None:
-        return ""
-    try:
-        return path.read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
+def _complete_utf8(data: bytes) -> tuple[str, bytes]:
+    """Decode what forms whole characters; keep a character cut by the read for the next chunk."""
+    for cut in range(len(data), max(len(data) - 4, -1), -1):
+        try:
+            return data[:cut].decode(), data[cut:]
+        except UnicodeDecodeError:
+            continue
+    return data.decode(errors="replace"), b""

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import secrets
+import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,7 @@ from clusterkit.jobs.spec import JobSpec
 from clusterkit.jobs.validators import validate_job
 from clusterkit.providers import Cluster, open_cluster, resolve_cluster_name
 from clusterkit.slurm import Slurm
+from clusterkit.transport import make_dirs, upload
 
 
 class PlanRefused(ClusterkitError):
@@ -54,6 +59,9 @@ class JobPlan:
     sbatch_args: tuple[str, ...] = ()  # besides the script, e.g. --exclude on a resubmission
     spec_file: str | None = None
     resubmitted_from: str | None = None
+    # A cluster reached over SSH: the files copied from `upload_from` (here) into `workdir` (there).
+    upload_from: str | None = None
+    uploads: tuple[str, ...] = ()
     slurm: Slurm | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
@@ -69,28 +77,39 @@ class JobPlan:
         return {"name": self.name, "cluster": self.cluster, "ok": self.ok, "workdir": self.workdir,
                 "instance": self.spec.instance if self.spec else None, "script": self.script,
                 "findings": [finding.to_dict() for finding in self.findings], "run_state_dir": self.run_state_dir,
-                "log_dirs": list(self.log_dirs), "sbatch_args": list(self.sbatch_args)}
+                "log_dirs": list(self.log_dirs), "sbatch_args": list(self.sbatch_args),
+                "upload_from": self.upload_from, "uploads": list(self.uploads)}
 
 
 def plan_job(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path | None = None,
-             preflight: bool = True, spec_file: str | None = None, need_cluster: bool = True) -> JobPlan:
+             preflight: bool = True, spec_file: str | None = None, need_cluster: bool = True,
+             sync: list[str] | None = None, source: str | Path | None = None) -> JobPlan:
     """Check the spec, resolve its cluster, render the script once and run the preflight; change nothing.
 
     With `need_cluster=False` (a dry run) a cluster that cannot be found is no error: the plan then
-    has no cluster, and the script is rendered from the spec alone.
+    has no cluster, and the script is rendered from the spec alone. On a cluster reached over SSH the
+    job runs in a new directory under the cluster's runs directory, and the plan lists the files it
+    copies there from `source` (default: here): `sync` names them, else the git-tracked files.
     """
     from clusterkit.jobs import preflight as checks
     from clusterkit.jobs.render import render_sbatch
 
-    workdir_path = Path(workdir or spec.workdir or os.getcwd()).resolve()
     findings = list(validate_job(spec))
     name, target = _resolve_cluster(cluster or spec.cluster, need_cluster, findings)
     slurm = None
     if target is not None:
         spec = _with_cluster_instance(spec, name, target, findings)
         slurm = _slurm_of(target, need_cluster, findings)
+    upload_from, uploads = None, ()
+    if slurm is not None and slurm.transport.remote:
+        remote_base = workdir or spec.workdir or f"{target.runs_dir()}/{_run_directory_name(spec.name)}"
+        workdir_path = Path(remote_base)
+        upload_from = str(Path(source or os.getcwd()).resolve())
+        uploads = tuple(files_to_sync(Path(upload_from), sync, findings))
+    else:
+        workdir_path = Path(workdir or spec.workdir or os.getcwd()).resolve()
     base = JobPlan(name=spec.name, spec=spec, script=None, cluster=name, workdir=str(workdir_path),
-                   spec_file=spec_file, slurm=slurm)
+                   spec_file=spec_file, upload_from=upload_from, uploads=uploads, slurm=slurm)
     if has_errors(findings):
         return dataclasses.replace(base, findings=tuple(findings))
     script = render_sbatch(spec)
@@ -160,14 +179,23 @@ def submit(plan: JobPlan) -> records.JobRecord:
         raise PlanRefused(plan.findings, f"job {plan.name!r}" if plan.name else "the job")
     if plan.cluster is None or plan.slurm is None:
         raise ClusterkitError("the plan has no cluster to submit to", fix="plan it with a reachable cluster")
-    for directory in plan.log_dirs:
-        Path(directory).mkdir(parents=True, exist_ok=True)
-    job_id = plan.slurm.sbatch(plan.script, f"--chdir={plan.workdir}", *plan.sbatch_args)
+    transport = plan.slurm.transport
+    if plan.uploads and plan.upload_from:
+        upload(transport, Path(plan.upload_from), list(plan.uploads), plan.workdir, also_make=plan.log_dirs)
+    try:
+        for directory in () if plan.uploads else plan.log_dirs:
+            make_dirs(transport, directory)
+        job_id = plan.slurm.sbatch(plan.script, f"--chdir={plan.workdir}", *plan.sbatch_args)
+    except BaseException:
+        if plan.uploads:  # nothing half-submitted: the run's new directory goes with the failed submit
+            transport.run(["rm", "-rf", "--", plan.workdir])
+        raise
     details = plan.slurm.job_details(job_id)
-    stdout = details.get("StdOut") or None
+    stdout = details.get("StdOut") or None  # job specs refuse the patterns Slurm takes literally (a backslash)
+    stderr = details.get("StdErr") or stdout
     record = records.JobRecord(job_id=job_id, cluster=plan.cluster, name=plan.name, kind="spec",
-                               submitted=records.now(), stdout=stdout, stderr=details.get("StdErr") or stdout,
-                               spec_file=plan.spec_file, workdir=plan.workdir, run_state_dir=plan.run_state_dir,
+                               submitted=records.now(), stdout=stdout, stderr=stderr, spec_file=plan.spec_file,
+                               workdir=plan.workdir, run_state_dir=plan.run_state_dir,
                                resubmitted_from=plan.resubmitted_from)
     records.save(record, script=plan.script)
     return record
@@ -181,3 +209,44 @@ def plan_from_record(record: records.JobRecord) -> JobPlan:
     return JobPlan(name=record.name, spec=None, script=Path(record.script).read_text(), cluster=record.cluster,
                    workdir=record.workdir or os.getcwd(), run_state_dir=record.run_state_dir,
                    spec_file=record.spec_file, slurm=open_cluster(record.cluster).slurm())
+
+
+def _run_directory_name(job_name: str) -> str:
+    """A new directory per run: the job's name (made safe for a path), the time, and a random tail."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", job_name).strip("-.")[:64] or "job"
+    return f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def files_to_sync(source: Path, paths: list[str] | None, findings: list[Finding]) -> list[str]:
+    """The files (relative to `source`) a run on a remote cluster needs: `paths` (files, or directories
+    taken whole), else what git tracks under `source`."""
+    if paths:
+        found: list[str] = []
+        for name in paths:
+            path = source / name
+            if path.is_dir():
+                found += sorted(str(f.relative_to(source)) for f in _walk(path))
+            elif path.is_file():
+                found.append(str(path.relative_to(source)))
+            else:
+                findings.append(Finding(Level.ERROR, "sync", f"{name!r} is not a file or directory under {source}",
+                                        fix="name files or directories of the job's code", value=name,
+                                        rule="job.sync"))
+        return found
+    listed = subprocess.run(["git", "-C", str(source), "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], capture_output=True)
+    if listed.returncode != 0:
+        findings.append(Finding(Level.WARNING, "sync", f"{source} is not in a git repository, so no file is copied "
+                                "to the cluster", fix="name the job's code with --sync PATH", value=str(source),
+                                rule="job.sync"))
+        return []
+    names = [name for name in listed.stdout.decode().split("\0") if name]
+    return [name for name in names if (source / name).is_file()]
+
+
+def _walk(directory: Path) -> list[Path]:
+    files = []
+    for root, dirs, names in os.walk(directory, followlinks=True):
+        dirs[:] = [d for d in dirs if d not in (".git", "__pycache__")]
+        files += [Path(root) / name for name in names]
+    return files

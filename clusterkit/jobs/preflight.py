@@ -10,7 +10,7 @@ show a job end.
 from __future__ import annotations
 
 import functools
-import os
+import json
 import re
 import sys
 from pathlib import Path
@@ -20,6 +20,7 @@ from clusterkit.findings import Finding, Level
 from clusterkit.jobs.spec import JobSpec
 from clusterkit.rules import RuleBook
 from clusterkit.slurm import Slurm
+from clusterkit.transport import Transport, can_create, is_readable_file
 
 PREFLIGHT_RULES: RuleBook[JobSpec] = RuleBook("preflight")
 rule = PREFLIGHT_RULES.rule
@@ -48,11 +49,15 @@ def pyxis(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) ->
     if spec.container.runtime != "pyxis":
         return []
     help_text = slurm.run("srun", "--help", check=False).stdout
-    if "--container-image" in help_text:
-        return []
-    return [Finding(Level.ERROR, "container.runtime", "the pyxis plugin is not loaded on this cluster: "
-                    "srun does not know --container-image", fix="enable pyxis (plugstack.conf), or use "
-                    "runtime: docker, apptainer or none", value="pyxis")]
+    if "--container-image" not in help_text:
+        return [Finding(Level.ERROR, "container.runtime", "the pyxis plugin is not loaded on this cluster: "
+                        "srun does not know --container-image", fix="enable pyxis (plugstack.conf), or use "
+                        "runtime: docker, apptainer or none", value="pyxis")]
+    if "--container-env" not in help_text:
+        return [Finding(Level.ERROR, "container.runtime", "this cluster's pyxis has no --container-env: the "
+                        "image's environment would override the job's presets and env", fix="upgrade pyxis "
+                        "(NVIDIA/pyxis), or use runtime: apptainer or docker", value="pyxis")]
+    return []
 
 
 @rule
@@ -61,7 +66,7 @@ def image(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) ->
     if not image or spec.container.runtime == "none" or not (image.startswith("/") or image.startswith(".")):
         return []  # a registry reference: pulled on the nodes
     path = workdir / image
-    if path.is_file() and os.access(path, os.R_OK):
+    if is_readable_file(slurm.transport, path):
         return []
     return [Finding(Level.ERROR, "container.image", f"image file {str(path)!r} is missing or not readable",
                     fix="import it first (enroot import -o NAME.sqsh dockerd://IMAGE) onto shared storage",
@@ -78,23 +83,19 @@ def log_directories(spec: JobSpec, workdir: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def _creatable(directory: Path) -> bool:
-    existing = next((p for p in (directory, *directory.parents) if p.exists()), None)
-    return existing is not None and existing.is_dir() and os.access(existing, os.W_OK)
-
-
 @rule
 def log_directory(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
     return [Finding(Level.ERROR, field_path, f"log directory {str(directory)!r} cannot be created: Slurm "
                     "would start the job and lose its output", fix="use a writable directory on shared storage",
                     value=str(directory))
-            for field_path, directory in log_directories(spec, workdir) if not _creatable(directory)]
+            for field_path, directory in log_directories(spec, workdir)
+            if not can_create(slurm.transport, directory)]
 
 
 @rule
 def checkpoint_directory(spec: JobSpec, slurm: Slurm, config: dict[str, str],
                                workdir: Path) -> list[Finding]:
-    if not spec.checkpoint_dir or _creatable(workdir / spec.checkpoint_dir):
+    if not spec.checkpoint_dir or can_create(slurm.transport, workdir / spec.checkpoint_dir):
         return []
     return [Finding(Level.ERROR, "checkpoint_dir", f"checkpoint directory {spec.checkpoint_dir!r} cannot be "
                     "created", fix="use a writable directory on storage every node sees (/fsx on ParallelCluster)",
@@ -134,20 +135,22 @@ def preflight(spec: JobSpec, slurm: Slurm, workdir: Path) -> list[Finding]:
 
 
 # What a node must be able to do to run a submitit job: import submitit and cloudpickle, with the
-# submitter's Python minor version (pickles of functions do not travel between minor versions).
-_CALLABLE_PROBE = "import sys, submitit, cloudpickle; print('%d.%d' % sys.version_info[:2])"
+# submitter's Python minor version (pickles of functions do not travel between minor versions) and,
+# better, the same cloudpickle (its format changes between releases).
+_CALLABLE_PROBE = ("import sys, json, submitit, cloudpickle; print(json.dumps({'python': '%d.%d' % "
+                   "sys.version_info[:2], 'cloudpickle': cloudpickle.__version__}))")
 
 
 def check_callable_runtime(slurm: Slurm, python: str, srun_args: tuple[str, ...] = ()) -> list[Finding]:
     """Run the interpreter that will run a pickled callable, on a node, the way submitit will."""
-    return list(_callable_runtime_findings(slurm.slurm_conf, tuple(sorted(slurm.extra_env.items())), python,
-                                           srun_args))
+    return list(_callable_runtime_findings(slurm.slurm_conf, tuple(sorted(slurm.extra_env.items())),
+                                           slurm.transport, python, srun_args))
 
 
 @functools.lru_cache(maxsize=32)
-def _callable_runtime_findings(slurm_conf: Path | None, extra_env: tuple[tuple[str, str], ...], python: str,
-                               srun_args: tuple[str, ...]) -> tuple[Finding, ...]:
-    slurm = Slurm(slurm_conf, extra_env=dict(extra_env))
+def _callable_runtime_findings(slurm_conf: Path | None, extra_env: tuple[tuple[str, str], ...], transport: Transport,
+                               python: str, srun_args: tuple[str, ...]) -> tuple[Finding, ...]:
+    slurm = Slurm(slurm_conf, extra_env=dict(extra_env), transport=transport)
     argv = ["-N1", "-n1", "--quiet", *srun_args, python, "-c", _CALLABLE_PROBE]
     try:
         result = slurm.run("srun", *argv, check=False, timeout=120)
@@ -165,9 +168,19 @@ def _callable_runtime_findings(slurm_conf: Path | None, extra_env: tuple[tuple[s
                             value=python),)
         return (Finding(Level.ERROR, "python", f"{python!r} does not run on the nodes: {detail}",
                         fix="pass python= an interpreter the nodes (or the container) have", value=python),)
-    theirs = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "?"
-    if theirs != ours:
-        return (Finding(Level.ERROR, "python", f"the nodes' {python!r} is Python {theirs}, this one is {ours}: "
-                        "a pickled function does not travel between Python versions", fix=f"use Python {ours} "
-                        "on the nodes (or in the image)", value=python),)
+    try:
+        theirs = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return (Finding(Level.ERROR, "python", f"{python!r} on the nodes printed no versions: "
+                        f"{result.stdout.strip()[-200:]!r}", fix="check the interpreter", value=python),)
+    if theirs.get("python") != ours:
+        return (Finding(Level.ERROR, "python", f"the nodes' {python!r} is Python {theirs.get('python')}, this one "
+                        f"is {ours}: a pickled function does not travel between Python versions",
+                        fix=f"use Python {ours} on the nodes (or in the image)", value=python),)
+    import cloudpickle
+
+    if theirs.get("cloudpickle") != cloudpickle.__version__:
+        return (Finding(Level.WARNING, "python", f"the nodes' {python!r} has cloudpickle {theirs.get('cloudpickle')}, "
+                        f"this one {cloudpickle.__version__}: a function pickled here may not load there",
+                        fix=f"install cloudpickle=={cloudpickle.__version__} on both sides", value=python),)
     return ()

@@ -25,8 +25,39 @@ RUNTIMES = ("pyxis", "docker", "apptainer", "none")
 LAUNCHERS = ("torchrun", "neuron", "mpi", "srun")
 
 DEFAULT_OUTPUT = "logs/%x_%j.out"
-DEFAULT_RDZV_PORT = 29500
 DEFAULT_NEURON_CACHE_DIR = "/fsx/neuron_compile_cache"
+
+
+# Slurm's warning before the time limit goes to the batch shell (B:), which must tell it apart from
+# Slurm ending the job (TERM): only these signals may carry it. Linux numbers them 10 and 12.
+WARNING_SIGNALS = {"USR1": "USR1", "SIGUSR1": "USR1", "10": "USR1", "USR2": "USR2", "SIGUSR2": "USR2", "12": "USR2"}
+DEFAULT_WARNING_SECONDS = 60  # Slurm's default when --signal names no time
+
+
+@dataclass(frozen=True)
+class TimeLimitWarning:
+    """A parsed `signal: [R:]USR1[@SECONDS]`: sent to the batch shell SECONDS before the time limit."""
+
+    signal: str  # USR1 or USR2
+    seconds: int
+    reservation: bool = False  # R: also before the end of a reservation
+
+    @property
+    def directive(self) -> str:
+        """The --signal value: always B: (to the batch shell), which passes the request on."""
+        return f"{'R' if self.reservation else ''}B:{self.signal}@{self.seconds}"
+
+
+def parse_warning(value: str) -> TimeLimitWarning | None:
+    """`USR1@120`, `B:SIGUSR1@120`, `R:USR2`, `10@90`...; None when it is not such a value."""
+    flags, _, rest = value.rpartition(":")
+    if flags and (len(flags) > 2 or set(flags) - {"B", "R"} or len(set(flags)) != len(flags)):
+        return None
+    name, has_time, seconds = rest.partition("@")
+    signal = WARNING_SIGNALS.get(name)
+    if signal is None or (has_time and not (seconds.isascii() and seconds.isdigit())):
+        return None
+    return TimeLimitWarning(signal, int(seconds) if has_time else DEFAULT_WARNING_SECONDS, "R" in flags)
 
 
 # ----- short forms (reader hooks) -------------------------------------------------------------------
@@ -150,9 +181,13 @@ class Command:
 @dataclass(frozen=True)
 class Launcher:
     kind: str = field(default="torchrun", metadata=field_options(key="type"))  # one of LAUNCHERS
-    port: int = DEFAULT_RDZV_PORT  # torchrun c10d rendezvous port
-    compile: bool = True  # neuron: run a neuron_parallel_compile pass before training
-    compile_args: tuple[str, ...] = ()  # neuron: extra arguments for the compile pass only
+    # torchrun's c10d rendezvous port; None: derived from the job id and the cluster on the node, so
+    # that two jobs sharing their first node never meet in one store (see render.py).
+    port: int | None = None
+    cpu_bind: str | None = None  # srun --cpu-bind, e.g. none (nccl-tests); None: the cluster's default
+    compile: bool = True  # neuron: run a neuron_parallel_compile pass before training (first start only)
+    # neuron: arguments for the compile pass; each option replaces the training argument of the same name
+    compile_args: tuple[str, ...] = ()
     compile_cache: str = DEFAULT_NEURON_CACHE_DIR  # neuron: compiler cache on shared storage
 
 
@@ -165,10 +200,14 @@ class Logs:
 
 @dataclass(frozen=True)
 class StackVersions:
-    """Library versions in the image; they gate the EFA settings. None: assume current ones."""
+    """Library versions in the image (or on the nodes); they gate the EFA, NCCL and Neuron settings.
+    None: assume current ones."""
 
     aws_ofi_nccl: str | None = None
     libfabric: str | None = None
+    nccl: str | None = None
+    efa_installer: str | None = None
+    neuron: str | None = None  # the Neuron SDK release, e.g. 2.25
 
 
 @dataclass(frozen=True)
@@ -178,6 +217,10 @@ class Supervision:
     hang_timeout: int = 0  # seconds without heartbeat progress that count as a hang; 0: off
     app_retries: int = 1  # step retries when every node is healthy but the step fails
     python: str = "python3"  # an interpreter with clusterkit, on the nodes (bare, not in the container)
+    # Requeues at the time limit (a long run crossing many limits) and after preemptions: bounded apart
+    # from failures. None: the supervisor's defaults (100 time limits; preemptions without bound).
+    max_time_limit_requeues: int | None = None
+    max_preemptions: int | None = None
 
 
 @dataclass(frozen=True)

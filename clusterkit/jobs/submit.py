@@ -7,47 +7,49 @@ the nodes and brings its return value back. Both give a JobHandle that follows r
 
 from __future__ import annotations
 
-import sys
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from clusterkit.jobs import records
+from clusterkit.findings import has_errors
+from clusterkit.jobs import records, remote_functions
 from clusterkit.jobs.handle import JobHandle
-from clusterkit.jobs.plan import JobPlan, PlanRefused, plan_job, submit
+from clusterkit.jobs import plan as plans
+from clusterkit.jobs.plan import JobPlan, PlanRefused, plan_job
 from clusterkit.jobs.spec import JobSpec
 from clusterkit.jobs.tracking import tracker_for
-from clusterkit.providers import resolve_cluster_name, slurm_for
+from clusterkit.providers import open_cluster, resolve_cluster_name, slurm_for
 from clusterkit.slurm import Slurm
 
 
 def submit_job(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path | None = None,
-               preflight: bool = True, spec_file: str | None = None) -> JobHandle:
-    """Plan the job (rules, cluster, the script, preflight) and submit exactly that plan."""
-    return submit_plan(plan_job(spec, cluster, workdir=workdir, preflight=preflight, spec_file=spec_file))
+               preflight: bool = True, spec_file: str | None = None, sync: list[str] | None = None,
+               source: str | Path | None = None) -> JobHandle:
+    """Plan the job (rules, cluster, the script, preflight) and submit exactly that plan. On a cluster
+    reached over SSH, `sync` (relative to `source`, default here) names the files its run needs."""
+    return submit_plan(plan_job(spec, cluster, workdir=workdir, preflight=preflight, spec_file=spec_file,
+                                sync=sync, source=source))
+
+
+def submit(spec: JobSpec | dict[str, Any] | str | Path, cluster: str | None = None, **options: Any) -> JobHandle:
+    """A job spec (a JobSpec, plain data, or the path of a YAML file) submitted as `submit_job` does."""
+    from clusterkit.jobs.spec import job_from_dict, load_job
+
+    if isinstance(spec, (str, Path)):
+        return submit_job(load_job(spec), cluster, spec_file=str(spec), **options)
+    return submit_job(job_from_dict(spec) if isinstance(spec, dict) else spec, cluster, **options)
 
 
 def submit_plan(plan: JobPlan) -> JobHandle:
     """Submit a plan (see jobs.plan) and follow the job it became."""
-    record = submit(plan)
+    record = plans.submit(plan)
     return handle_from_record(record, slurm=plan.slurm)
 
 
-def _executor(slurm: Slurm, cluster: str, nodes: int, tasks_per_node: int, gpus_per_node: int, cpus_per_task: int,
-              time_minutes: int, name: str, slurm_parameters: dict[str, Any] | None, python: str | None,
-              srun_args: tuple[str, ...], preflight: bool) -> Any:
-    import submitit
-
-    from clusterkit.jobs.preflight import check_callable_runtime
-
-    # By default the nodes run the callable with this very interpreter: same packages, same paths.
-    python = python or sys.executable
-    if preflight:
-        findings = check_callable_runtime(slurm, python, srun_args)
-        if findings:
-            raise PlanRefused(findings, f"function {name!r}")
-    folder = records.jobs_dir(cluster) / "submitit" / "%j"
-    executor = submitit.SlurmExecutor(folder=folder, python=python)
+def _parameters(nodes: int, tasks_per_node: int, gpus_per_node: int, cpus_per_task: int, time_minutes: int,
+                name: str, srun_args: tuple[str, ...], slurm_parameters: dict[str, Any] | None) -> dict[str, Any]:
+    """submitit's SlurmExecutor parameters of a function job."""
     parameters: dict[str, Any] = dict(nodes=nodes, ntasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task,
                                       time=time_minutes, job_name=name)
     if gpus_per_node:
@@ -55,13 +57,49 @@ def _executor(slurm: Slurm, cluster: str, nodes: int, tasks_per_node: int, gpus_
     if srun_args:
         parameters["srun_args"] = list(srun_args)  # e.g. pyxis: --container-image=/fsx/img.sqsh
     parameters.update(slurm_parameters or {})
+    return parameters
+
+
+def _function_jobs(cluster: str | None, name: str, parameters: dict[str, Any], python: str | None,
+                   srun_args: tuple[str, ...], preflight: bool, *, calls: list[tuple[Any, tuple, dict]] | None = None,
+                   function: Any = None, items: list[Any] | None = None) -> list[JobHandle]:
+    """Submit functions through submitit: here, or on the login node of a cluster reached over SSH."""
+    from clusterkit.jobs.preflight import check_callable_runtime
+
+    cluster = resolve_cluster_name(cluster)
+    target = open_cluster(cluster)
+    slurm = target.slurm()
+    # By default the nodes run the callable with the cluster's interpreter (on a local cluster: this
+    # very one, with the same packages and paths).
+    python = python or target.python()
+    if preflight:
+        findings = check_callable_runtime(slurm, python, srun_args)
+        if has_errors(findings):
+            raise PlanRefused(findings, f"function {name!r}")
+        for finding in findings:
+            warnings.warn(str(finding), stacklevel=3)
+    if slurm.transport.remote:
+        folder = f"{target.runs_dir()}/functions/%j"
+        submitted = remote_functions.submit(slurm, folder, python, parameters, calls=calls, function=function,
+                                            items=items)
+        return [_function_handle(slurm, cluster, job["job_id"], name, job["stdout"], job["stderr"],
+                                 remote_functions.RemoteResult(slurm, python, folder, job["job_id"]))
+                for job in submitted]
+    import submitit
+
+    executor = submitit.SlurmExecutor(folder=records.jobs_dir(cluster) / "submitit" / "%j", python=python)
     executor.update_parameters(**parameters)
-    return executor
+    with slurm.environment():
+        jobs = (executor.map_array(function, items) if items is not None
+                else [executor.submit(f, *a, **k) for f, a, k in calls or []])
+    return [_function_handle(slurm, cluster, str(job.job_id), name, str(job.paths.stdout), str(job.paths.stderr), job)
+            for job in jobs]
 
 
-def _function_handle(slurm: Slurm, cluster: str, job: Any, name: str) -> JobHandle:
-    record = records.JobRecord(job_id=str(job.job_id), cluster=cluster, name=name, kind="function",
-                               submitted=records.now(), stdout=str(job.paths.stdout), stderr=str(job.paths.stderr))
+def _function_handle(slurm: Slurm, cluster: str, job_id: str, name: str, stdout: str, stderr: str,
+                     job: Any) -> JobHandle:
+    record = records.JobRecord(job_id=job_id, cluster=cluster, name=name, kind="function", submitted=records.now(),
+                               stdout=stdout, stderr=stderr)
     records.save(record)
     return handle_from_record(record, slurm=slurm, submitit_job=job)
 
@@ -73,18 +111,17 @@ def submit_function(function: Callable[..., Any], *args: Any, cluster: str | Non
                     srun_args: tuple[str, ...] = (), preflight: bool = True, **kwargs: Any) -> JobHandle:
     """Run `function(*args, **kwargs)` as a Slurm job; `handle.result()` returns its value.
 
-    `python` is the interpreter on the nodes (default: this one); `srun_args` go to srun, e.g. pyxis
-    flags to run it in a container. The preflight runs that interpreter once on a node, the same way,
-    and checks it can import submitit and cloudpickle with this Python's version.
+    `python` is the interpreter on the nodes (default: the cluster's; this one on a local cluster);
+    `srun_args` go to srun, e.g. pyxis flags to run it in a container. The preflight runs that
+    interpreter once on a node, the same way, and compares its Python and packages with this one's.
+    On a cluster reached over SSH, submitit runs on its login node and the result comes back here.
     """
-    cluster = resolve_cluster_name(cluster)
-    slurm = slurm_for(cluster)
     name = name or getattr(function, "__name__", "function")
-    executor = _executor(slurm, cluster, nodes, tasks_per_node, gpus_per_node, cpus_per_task, time_minutes, name,
-                         slurm_parameters, python, tuple(srun_args), preflight)
-    with slurm.environment():
-        job = executor.submit(function, *args, **kwargs)
-    return _function_handle(slurm, cluster, job, name)
+    parameters = _parameters(nodes, tasks_per_node, gpus_per_node, cpus_per_task, time_minutes, name,
+                             tuple(srun_args), slurm_parameters)
+    (handle,) = _function_jobs(cluster, name, parameters, python, tuple(srun_args), preflight,
+                               calls=[(function, args, kwargs)])
+    return handle
 
 
 def map_array(function: Callable[[Any], Any], items: Iterable[Any], *, cluster: str | None = None,
@@ -92,14 +129,11 @@ def map_array(function: Callable[[Any], Any], items: Iterable[Any], *, cluster: 
               slurm_parameters: dict[str, Any] | None = None, python: str | None = None,
               srun_args: tuple[str, ...] = (), preflight: bool = True) -> list[JobHandle]:
     """A sweep as one job array (one sbatch call): one task per item, one handle per task."""
-    cluster = resolve_cluster_name(cluster)
-    slurm = slurm_for(cluster)
     name = name or getattr(function, "__name__", "sweep")
-    executor = _executor(slurm, cluster, 1, 1, gpus_per_node, cpus_per_task, time_minutes, name, slurm_parameters,
-                         python, tuple(srun_args), preflight)
-    with slurm.environment():
-        jobs = executor.map_array(function, list(items))
-    return [_function_handle(slurm, cluster, job, name) for job in jobs]
+    parameters = _parameters(1, 1, gpus_per_node, cpus_per_task, time_minutes, name, tuple(srun_args),
+                             slurm_parameters)
+    return _function_jobs(cluster, name, parameters, python, tuple(srun_args), preflight, function=function,
+                          items=list(items))
 
 
 def handle_from_record(record: records.JobRecord, slurm: Slurm | None = None, submitit_job: Any = None) -> JobHandle:

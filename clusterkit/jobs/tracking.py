@@ -46,15 +46,9 @@ class JobTracker:
             self._snapshot = None  # a new job: the next question needs fresh data
 
     def _refresh(self) -> _Snapshot:
-        queue = self.slurm.queue()
-        self.scheduler_calls += 1
-        # Accounting only for jobs the queue no longer shows, plus attempts of requeued ones.
-        records = self.slurm.accounting(sorted(self._watched)) if self._watched else []
-        self.scheduler_calls += 1 if self._watched else 0
-        accounting: dict[str, list[AccountingRecord]] = {}
-        for record in records:
-            accounting.setdefault(record.job_id, []).append(record)
-        return _Snapshot(time.monotonic(), queue, accounting)
+        poll = self.slurm.poll(sorted(self._watched))  # one round trip: squeue, and sacct -D of our jobs
+        self.scheduler_calls += poll.commands
+        return _Snapshot(time.monotonic(), poll.queue, by_job(poll.accounting))
 
     def snapshot(self, fresh: bool = False) -> _Snapshot:
         with self._lock:
@@ -65,23 +59,34 @@ class JobTracker:
 
     def state(self, job_id: str, fresh: bool = False) -> str:
         snapshot = self.snapshot(fresh)
-        if job_id in snapshot.queue:
-            return snapshot.queue[job_id]
-        attempts = snapshot.accounting.get(job_id)
-        if attempts:
-            return attempts[-1].base_state
-        return "UNKNOWN"
+        return state_of(job_id, snapshot.queue, snapshot.accounting)
 
     def attempts(self, job_id: str) -> list[AccountingRecord]:
         return self.snapshot().accounting.get(job_id, [])
+
+
+def by_job(records: list[AccountingRecord]) -> dict[str, list[AccountingRecord]]:
+    grouped: dict[str, list[AccountingRecord]] = {}
+    for record in records:
+        grouped.setdefault(record.job_id, []).append(record)
+    return grouped
+
+
+def state_of(job_id: str, queue: dict[str, str], accounting: dict[str, list[AccountingRecord]]) -> str:
+    """The controller's state while it lists the job, else accounting's last attempt, else UNKNOWN."""
+    if job_id in queue:
+        return queue[job_id]
+    attempts = accounting.get(job_id)
+    return attempts[-1].base_state if attempts else "UNKNOWN"
 
 
 _trackers: dict[str, JobTracker] = {}
 
 
 def tracker_for(slurm: Slurm) -> JobTracker:
-    """One tracker per cluster (per slurm.conf) in a process, so that polls are shared."""
-    key = str(slurm.slurm_conf)
+    """One tracker per cluster (where its commands run, and its slurm.conf) in a process, so that polls
+    are shared."""
+    key = f"{slurm.transport.label}|{slurm.slurm_conf}"
     if key not in _trackers:
         _trackers[key] = JobTracker(slurm)
     return _trackers[key]

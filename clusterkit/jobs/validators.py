@@ -2,18 +2,25 @@
 
 Each rule yields Findings whose path is the field in the user's spec; `validate_job(spec)` returns
 every finding, errors first. Rules that need the live cluster are the preflight's (`preflight.py`).
+Patterns are matched in full (`fullmatch`): `$` would let a trailing newline through.
 """
 
 from __future__ import annotations
 
 import difflib
+import posixpath
 import re
+import shlex
 from collections.abc import Iterator
+from typing import Any
 
 from clusterkit.findings import Finding, Level
-from clusterkit.jobs.spec import CPU_INSTANCE, DEFAULT_NEURON_CACHE_DIR, DEFAULT_OUTPUT, LAUNCHERS, RUNTIMES, JobSpec
+from clusterkit.jobs.spec import (CPU_INSTANCE, DEFAULT_NEURON_CACHE_DIR, DEFAULT_OUTPUT, LAUNCHERS, RUNTIMES,
+                                  WARNING_SIGNALS, JobSpec, parse_warning)
 from clusterkit.registry import CLUSTER_NAME_RE
 from clusterkit.rules import RuleBook
+from clusterkit.spec_reader import Mapping, load
+from clusterkit.versions import version_tuple
 
 JOB_RULES: RuleBook[JobSpec] = RuleBook("job")
 rule = JOB_RULES.rule
@@ -37,21 +44,60 @@ MANAGED_DIRECTIVES: dict[str, str] = {
     "wait-all-nodes": "(always 1)",
 }
 
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (and UNLIMITED).
-TIME_RE = re.compile(r"^(?:\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(?::\d{1,2}){0,2}|UNLIMITED|INFINITE)$")
+TIME_RE = re.compile(r"\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(?::\d{1,2}){0,2}|UNLIMITED|INFINITE")
 TIME_HINT = "a Slurm time such as 90 (minutes), 04:00:00 or 2-00:00:00"
-SIGNAL_RE = re.compile(r"^(?:[RB]{1,2}:)?(?:SIG)?(?:[A-Z][A-Z0-9]*|\d+)(?:@\d+)?$")
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-PARTITION_RE = re.compile(r"^[A-Za-z0-9_.-]+(?:,[A-Za-z0-9_.-]+)*$")
-VERSION_RE = re.compile(r"^v?\d+(?:\.\d+)*(?:[-+][A-Za-z0-9.]+)?$")
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-SBATCH_OPTION_RE = re.compile(r"^--[a-z][a-z0-9-]*$")
+RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+PARTITION_RE = re.compile(r"[A-Za-z0-9_.-]+(?:,[A-Za-z0-9_.-]+)*")
+VERSION_RE = re.compile(r"v?\d+(?:\.\d+)*(?:[-+][A-Za-z0-9.]+)?")
+SBATCH_OPTION_RE = re.compile(r"--[a-z][a-z0-9-]*")
+CPU_BIND_RE = re.compile(r"(?:(?:quiet|verbose),)?(?:none|rank|sockets|cores|threads|ldoms|boards|rank_ldom"
+                         r"|(?:map|mask)_(?:cpu|ldom):[0-9a-fA-Fx,*]+)")
+# An image in Amazon ECR: docker on the nodes must log in to its registry first.
+ECR_IMAGE_RE = re.compile(r"(?P<host>\d{12}\.dkr\.ecr\.(?P<region>[a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com(?:\.cn)?)"
+                          r"/[a-z0-9][a-z0-9._/-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})?")
+# Control characters (C0, DEL, C1) and the Unicode line and paragraph separators: no single-line
+# field may hold one (a line break ends an #SBATCH line or a comment, and Slurm's and Python's line
+# readers split on more than "\n").
+CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+LINE_BREAK_RE = CONTROL_RE
+
+NAME_MAX = 255  # bytes in one path component (and Slurm's job names end up in file names via %x)
+PATH_MAX = 4096
+# The kernel refuses one argument or environment string of 32 pages or more (MAX_ARG_STRLEN), and a
+# task's shell receives its whole step function as one argument: the command must fit in it.
+MAX_ARG_BYTES = 131072
+STEP_FUNCTION_BUDGET = 120_000  # of MAX_ARG_BYTES, for the command words (the rest: clusterkit's own text)
+MAX_ENVIRONMENT_BYTES = 1 << 20  # of the kernel's 2 MiB for arguments and environment together
+# Variables that change how the batch script's own shell runs: never from a spec.
+SHELL_CONTROL_VARIABLES = ("BASH_ENV", "ENV", "IFS", "SHELLOPTS", "BASHOPTS", "PS4", "GLOBIGNORE", "CDPATH",
+                           "BASH_XTRACEFD", "PROMPT_COMMAND", "POSIXLY_CORRECT")
+# Shared file systems: paths under them inside a container exist there only when mounted.
+SHARED_STORAGE_ROOTS = ("/fsx", "/efs", "/shared", "/home")
+# Mounted into every container by default: apptainer binds $HOME and /tmp; pyxis mounts the home
+# directory only where enroot is configured to (ENROOT_MOUNT_HOME), docker nothing.
+DEFAULT_CONTAINER_MOUNTS = {"pyxis": (), "apptainer": ("/home", "/tmp"), "docker": ()}
+NEURON_BF16_VARIABLES = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
 
 
 def validate_job(spec: JobSpec) -> list[Finding]:
     """Check a job spec's values; every finding names the field, the problem and a fix."""
     return JOB_RULES.check(spec)
+
+
+def check_job_data(data: Any) -> list[Finding]:
+    """Every finding of a job spec given as a tree or plain data: loading errors, else the rules'."""
+    from clusterkit.jobs.spec import SHORT_FORMS
+
+    spec, findings = load(JobSpec, data, short_forms=SHORT_FORMS, rule_prefix="job")
+    return findings if spec is None else findings + validate_job(spec)
+
+
+def looks_like_job_spec(data: Any) -> bool:
+    """A job spec names a command; a cluster spec does not (it has queues or a preset)."""
+    keys = {key.text for key, _ in data.items} if isinstance(data, Mapping) else set(data or {})
+    return "command" in keys
 
 
 def _error(path: str, message: str, fix: str, value: object = None) -> Finding:
@@ -69,24 +115,61 @@ def _choice(path: str, value: str, choices: tuple[str, ...]) -> Iterator[Finding
                      f"did you mean {guess[0]!r}?" if guess else f"use one of: {', '.join(choices)}", value)
 
 
+def single_line_fields(spec: JobSpec) -> Iterator[tuple[str, str]]:
+    """(path, value) of every text field that is one line by nature. Command arguments, compile
+    arguments and env values may hold line breaks: they reach the program quoted, byte for byte."""
+    container, launcher, stack = spec.container, spec.launcher, spec.stack
+    yield from (("name", spec.name), ("cluster", spec.cluster), ("partition", spec.partition),
+                ("instance", spec.instance), ("time", spec.time), ("signal", spec.signal),
+                ("logs.output", spec.logs.output), ("logs.error", spec.logs.error), ("workdir", spec.workdir),
+                ("checkpoint_dir", spec.checkpoint_dir), ("run_id", spec.run_id),
+                ("container.runtime", container.runtime), ("container.image", container.image),
+                ("container.workdir", container.workdir), ("command.script", spec.command.script),
+                ("launcher.type", launcher.kind), ("launcher.cpu_bind", launcher.cpu_bind),
+                ("launcher.compile_cache", launcher.compile_cache), ("stack.aws_ofi_nccl", stack.aws_ofi_nccl),
+                ("stack.libfabric", stack.libfabric), ("stack.nccl", stack.nccl),
+                ("stack.efa_installer", stack.efa_installer), ("stack.neuron", stack.neuron),
+                ("supervise.python", spec.supervise.python if spec.supervise else None))
+    for index, mount in enumerate(container.mounts):
+        yield f"container.mounts[{index}]", mount.source
+        yield f"container.mounts[{index}]", mount.target
+    for index, directive in enumerate(spec.sbatch):
+        yield f"sbatch[{index}]", directive
+    for key in spec.env:
+        yield f"env.{key}", key
+
+
 @rule
-def directive_values(spec: JobSpec) -> Iterator[Finding]:
-    """Values that go into #SBATCH lines: sbatch reads one line per directive."""
-    values = {"name": spec.name, "partition": spec.partition, "time": spec.time, "signal": spec.signal,
-              "logs.output": spec.logs.output, "logs.error": spec.logs.error, "workdir": spec.workdir}
-    for path, value in values.items():
+def single_line(spec: JobSpec) -> Iterator[Finding]:
+    """No control character, line break or U+2028/2029 in a one-line field (#SBATCH lines, comments,
+    names and paths that logs and Slurm read line by line)."""
+    for path, value in single_line_fields(spec):
         if value is not None and CONTROL_RE.search(value):
-            yield _error(path, "contains a line break or control character; it goes into an #SBATCH line",
-                         "remove control characters", value)
+            yield _error(path, "contains a line break or control character (newline, CR, NUL, U+2028...)",
+                         "write it on one line, without control characters", value)
+
+
+def _path_too_long(value: str) -> str:
+    if len(value.encode()) >= PATH_MAX:
+        return f"is {len(value.encode()):,} bytes; paths are at most {PATH_MAX - 1:,}"
+    longest = max((len(part.encode()) for part in value.split("/")), default=0)
+    if longest > NAME_MAX:
+        return f"has a path component of {longest:,} bytes; the kernel allows {NAME_MAX}"
+    return ""
 
 
 @rule
 def name(spec: JobSpec) -> Iterator[Finding]:
     if not spec.name:
         yield _error("name", "is empty", "name the job")
-    elif "/" in spec.name and "%x" in spec.logs.output + (spec.logs.error or ""):
-        yield _warning("name", "contains '/', and the log path uses the job name (%x)",
-                       "use a name without '/' or a log path without %x", spec.name)
+        return
+    if len(spec.name.encode()) > NAME_MAX:
+        yield _error("name", f"is {len(spec.name.encode()):,} bytes; it names the log file (%x), which the "
+                     f"kernel limits to {NAME_MAX}", "use a shorter name", spec.name)
+    patterns = spec.logs.output + (spec.logs.error or "")
+    if "%x" in patterns and ("/" in spec.name or spec.name in (".", "..")):
+        yield _error("name", "the log path uses the job name (%x), and this name would put the log in "
+                     "another directory", "use a name without '/' (or a log path without %x)", spec.name)
 
 
 @rule
@@ -97,23 +180,55 @@ def nodes(spec: JobSpec) -> Iterator[Finding]:
 
 @rule
 def names_of_things(spec: JobSpec) -> Iterator[Finding]:
-    if spec.cluster is not None and not CLUSTER_NAME_RE.match(spec.cluster):
+    if spec.cluster is not None and not CLUSTER_NAME_RE.fullmatch(spec.cluster):
         yield _error("cluster", "is not a clusterkit cluster name", "letters, digits and '-', starting with a letter",
                      spec.cluster)
-    if spec.partition is not None and not PARTITION_RE.match(spec.partition):
+    if spec.partition is not None and not PARTITION_RE.fullmatch(spec.partition):
         yield _error("partition", "is not a Slurm partition name", "use letters, digits, '_', '.', '-'",
                      spec.partition)
-    if spec.run_id is not None and not RUN_ID_RE.match(spec.run_id):
+    if spec.run_id is not None and not RUN_ID_RE.fullmatch(spec.run_id):
         yield _error("run_id", "may hold only letters, digits, '.', '_' and '-'", "pick a simpler run id", spec.run_id)
 
 
 @rule
 def time_and_signal(spec: JobSpec) -> Iterator[Finding]:
-    if spec.time is not None and (not TIME_RE.match(spec.time) or not spec.time.strip("0:-")):
+    if spec.time is not None and (not TIME_RE.fullmatch(spec.time) or not spec.time.strip("0:-")):
         yield _error("time", "is not a Slurm time limit", f"write {TIME_HINT}", spec.time)
-    if spec.signal is not None and not SIGNAL_RE.match(spec.signal):
-        yield _error("signal", "is not a Slurm --signal value", "write e.g. USR1@120 (signal 120 s before the limit)",
+    if spec.signal is None:
+        return
+    warning = parse_warning(spec.signal)
+    if warning is None:
+        names = sorted({name for name in WARNING_SIGNALS if not name.isdigit() and not name.startswith("SIG")})
+        yield _error("signal", f"is not a warning clusterkit can act on: write {' or '.join(names)}, optionally "
+                     "@SECONDS before the time limit", "write e.g. USR1@120 (the job saves and requeues 120 s "
+                     "before its limit)", spec.signal)
+        return
+    if spec.supervise is not None and warning.signal != "USR1":
+        yield _error("signal", "the supervisor takes Slurm's warning as SIGUSR1", "write USR1@SECONDS",
                      spec.signal)
+    limit = _minutes(spec.time) if spec.time else None
+    if limit is not None and warning.seconds >= limit * 60:
+        yield _error("signal", f"the warning would come {warning.seconds} s before a time limit of {limit} min",
+                     "warn fewer seconds before the limit, or raise the limit", spec.signal)
+    if not spec.requeue:
+        yield _warning("signal", "requeue is off: after the warning the step saves and stops, and the job ends "
+                       "at its time limit (TIMEOUT) instead of being requeued", "set requeue: true, or resubmit "
+                       "with `clusterkit watch JOB --resubmit`", spec.signal)
+
+
+def _minutes(time: str) -> int | None:
+    """A Slurm time limit in whole minutes (seconds dropped); None for unlimited or unreadable."""
+    if not TIME_RE.fullmatch(time) or time in ("UNLIMITED", "INFINITE"):
+        return None
+    days, has_days, clock = time.partition("-")
+    if not has_days:
+        days, clock = "0", time
+    parts = [int(part) for part in clock.split(":")]
+    if has_days or len(parts) == 3:  # D-H[:M[:S]] or H:M:S
+        hours, minutes = parts[0], parts[1] if len(parts) > 1 else 0
+    else:  # M or M:S
+        hours, minutes = 0, parts[0]
+    return int(days) * 1440 + hours * 60 + minutes
 
 
 @rule
@@ -129,13 +244,24 @@ def restarts(spec: JobSpec) -> Iterator[Finding]:
                          spec.supervise.hang_timeout)
         if spec.supervise.app_retries < 0:
             yield _error("supervise.app_retries", "must be 0 or more", "write e.g. 1", spec.supervise.app_retries)
+        for name in ("max_time_limit_requeues", "max_preemptions"):
+            bound = getattr(spec.supervise, name)
+            if bound is not None and bound < 0:
+                yield _error(f"supervise.{name}", "must be 0 or more (leave it out for the default)", "write e.g. 20",
+                             bound)
+        if not spec.supervise.python:
+            yield _error("supervise.python", "is empty", "name an interpreter with clusterkit, e.g. python3")
 
 
 @rule
 def directories(spec: JobSpec) -> Iterator[Finding]:
-    for path, value in (("workdir", spec.workdir), ("checkpoint_dir", spec.checkpoint_dir)):
-        if value is not None and not value:
-            yield _error(path, "is empty", "write a path or leave the field out")
+    for path, value in (("workdir", spec.workdir), ("checkpoint_dir", spec.checkpoint_dir),
+                        ("container.workdir", spec.container.workdir)):
+        if value is None:
+            continue
+        problem = "is empty" if not value else _path_too_long(value)
+        if problem:
+            yield _error(path, problem, "write a shorter path, or leave the field out", value)
     if spec.checkpoint_dir and not spec.checkpoint_dir.startswith("/"):
         yield _warning("checkpoint_dir", "is relative; every node must resolve it to the same shared directory",
                        "use an absolute path on shared storage, e.g. /fsx/checkpoints/RUN", spec.checkpoint_dir)
@@ -148,7 +274,14 @@ def logs(spec: JobSpec) -> Iterator[Finding]:
             continue
         if not value:
             yield _error(path, "is empty", f"write a path such as {DEFAULT_OUTPUT}")
-        elif "%j" not in value and "%J" not in value and "%A" not in value:
+            continue
+        if "\\" in value:
+            yield _error(path, "contains '\\': Slurm then expands none of %j, %x... in the path",
+                         "remove the backslash", value)
+        problem = _path_too_long(value.replace("%x", spec.name))
+        if problem:
+            yield _error(path, f"{problem} (with the job name for %x)", "use a shorter path or name", value)
+        if "%j" not in value and "%J" not in value and "%A" not in value:
             yield _warning(path, "has no job id (%j): different jobs would append to one file",
                            f"use a pattern such as {DEFAULT_OUTPUT}", value)
 
@@ -222,6 +355,44 @@ def container(spec: JobSpec) -> Iterator[Finding]:
                              side)
 
 
+def _under(path: str, directory: str) -> bool:
+    path, directory = posixpath.normpath(path), posixpath.normpath(directory)
+    return directory == "/" or path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+@rule
+def shared_paths_in_containers(spec: JobSpec) -> Iterator[Finding]:
+    """A path on shared storage used inside a container exists there only when it is mounted: without
+    a mount, checkpoints land in the container's own file system and vanish with it."""
+    container = spec.container
+    if container.runtime not in DEFAULT_CONTAINER_MOUNTS:
+        return
+    mounted = [mount.target for mount in container.mounts] + list(DEFAULT_CONTAINER_MOUNTS[container.runtime])
+    workdir = container.workdir or spec.workdir
+    used = [("container.workdir" if container.workdir else "workdir", workdir, False),
+            ("checkpoint_dir", spec.checkpoint_dir, True), ("command.script", spec.command.script, False)]
+    if spec.launcher.kind == "neuron":
+        used.append(("launcher.compile_cache", spec.launcher.compile_cache, True))
+    for path, value, written in used:
+        if not value:
+            continue
+        if not value.startswith("/"):
+            if not written or workdir is None or not workdir.startswith("/"):
+                continue
+            value = posixpath.join(workdir, value)  # relative: inside the container's working directory
+        on_shared = any(_under(value, root) for root in SHARED_STORAGE_ROOTS)
+        if (on_shared or written) and not any(_under(value, target) for target in mounted):
+            where = "on shared storage" if on_shared else "written by the job"
+            yield _error(path, f"{value} is {where} but not mounted into the {container.runtime} container: "
+                         "there it is an empty directory of the container's own (files written there vanish)",
+                         f"add a mount, e.g. container.mounts: [{_mount_root(value)}]", value)
+
+
+def _mount_root(path: str) -> str:
+    parts = posixpath.normpath(path).split("/")
+    return "/" + parts[1] if len(parts) > 1 and parts[1] else path
+
+
 @rule
 def launcher(spec: JobSpec) -> Iterator[Finding]:
     launcher = spec.launcher
@@ -229,8 +400,12 @@ def launcher(spec: JobSpec) -> Iterator[Finding]:
     if launcher.kind not in LAUNCHERS:
         yield from _choice("launcher.type", launcher.kind, LAUNCHERS)
         return
-    if not 1 <= launcher.port <= 65535:
-        yield _error("launcher.port", "is not a TCP port", "use a port between 1024 and 65535", launcher.port)
+    if launcher.port is not None and not 1024 <= launcher.port <= 65535:
+        yield _error("launcher.port", "is not a TCP port for a user's server", "use a port between 1024 and 65535, "
+                     "or leave it out for a port derived from the job", launcher.port)
+    if launcher.cpu_bind is not None and not CPU_BIND_RE.fullmatch(launcher.cpu_bind):
+        yield _error("launcher.cpu_bind", "is not an srun --cpu-bind value", "write e.g. none, cores or sockets",
+                     launcher.cpu_bind)
     if launcher.kind == "neuron":
         if facts is None or facts.accelerator != "neuron":
             yield _error("launcher.type", "the neuron launcher needs a Trainium instance",
@@ -247,23 +422,105 @@ def launcher(spec: JobSpec) -> Iterator[Finding]:
 
 
 @rule
+def command_size(spec: JobSpec) -> Iterator[Finding]:
+    """Each task's shell gets its step function, command included, as one argument: the kernel refuses
+    one of MAX_ARG_BYTES or more."""
+    for program, path in ((spec.command.args, "command.args"), (spec.launcher.compile_args, "launcher.compile_args")):
+        size = len(" ".join(shlex.quote(word) for word in (spec.command.script, *program)).encode())
+        if size > STEP_FUNCTION_BUDGET:
+            yield _error(path, f"the command is {size:,} bytes; a task receives it in one argument, which the "
+                         f"kernel limits to {MAX_ARG_BYTES:,} bytes (with clusterkit's own text)",
+                         "pass large values in a file and its path as the argument", f"{size:,} bytes")
+
+
+@rule
 def environment(spec: JobSpec) -> Iterator[Finding]:
+    total = 0
     for key, value in spec.env.items():
         path = f"env.{key}"
-        if not ENV_NAME_RE.match(key):
+        size = len(key.encode()) + 1 + len(value.encode())
+        total += size
+        if not ENV_NAME_RE.fullmatch(key):
             yield _error(path, "is not a valid environment variable name",
                          "use letters, digits and '_', not starting with a digit", key)
+        elif key in SHELL_CONTROL_VARIABLES:
+            yield _error(path, f"{key} changes how the job's own shell script runs", f"remove {key}", key)
+        elif key == "PATH" and not value.strip(":"):
+            yield _error(path, "an empty PATH: no program of the job would be found on the node",
+                         "leave PATH out, or list directories such as /opt/venv/bin:/usr/bin:/bin", value)
         elif key.startswith("RDMAV_"):
             yield _warning(path, "RDMAV_* settings are not needed with current EFA software and can break it",
                            f"remove {key}")
+        if size >= MAX_ARG_BYTES:
+            yield _error(path, f"{key}=... is {size:,} bytes; the kernel refuses one environment string of "
+                         f"{MAX_ARG_BYTES:,} or more", "pass large values in a file", f"{size:,} bytes")
+    if total > MAX_ENVIRONMENT_BYTES:
+        yield _error("env", f"{total:,} bytes of environment; the kernel leaves about {MAX_ENVIRONMENT_BYTES:,} "
+                     "for it beside the arguments", "pass large values in files", f"{total:,} bytes")
 
 
 @rule
 def stack_versions(spec: JobSpec) -> Iterator[Finding]:
-    for key in ("aws_ofi_nccl", "libfabric"):
+    for key in ("aws_ofi_nccl", "libfabric", "nccl", "efa_installer", "neuron"):
         version = getattr(spec.stack, key)
         if version is not None and not VERSION_RE.fullmatch(version):
-            yield _error(f"stack.{key}", "is not a version number", "write e.g. 1.13.2 (or 1.7.4-aws)", version)
+            yield _error(f"stack.{key}", "is not a version number", "write e.g. 1.13.2 (or 1.7.4-aws, v2.21.5-1)",
+                         version)
+
+
+@rule
+def nccl_settings(spec: JobSpec) -> Iterator[Finding]:
+    """What the AWS EFA cheat-sheet and aws-ofi-nccl's sources say about versions and NCCL settings."""
+    facts = spec.instance_facts
+    if facts is None or facts.accelerator != "gpu":
+        return
+    ofi, nccl = version_tuple(spec.stack.aws_ofi_nccl), version_tuple(spec.stack.nccl)
+    if facts.name.startswith("p5") and ofi is not None:
+        if ofi < (1, 7, 2):
+            yield _error("stack.aws_ofi_nccl", f"{facts.name} needs aws-ofi-nccl 1.7.2 or later",
+                         "use aws-ofi-nccl 1.7.3 or later (the EFA cheat-sheet's advice for p5)",
+                         spec.stack.aws_ofi_nccl)
+        elif ofi < (1, 7, 3):
+            yield _warning("stack.aws_ofi_nccl", f"aws-ofi-nccl 1.7.3 or later is recommended on {facts.name}",
+                           "upgrade aws-ofi-nccl", spec.stack.aws_ofi_nccl)
+    if facts.name.startswith("p5") and nccl is not None:
+        if nccl < (2, 18):
+            yield _error("stack.nccl", f"{facts.name} needs NCCL 2.18 or later", "use NCCL 2.18.5 or later",
+                         spec.stack.nccl)
+        elif nccl < (2, 18, 5):
+            yield _warning("stack.nccl", f"NCCL 2.18.5 or later is recommended on {facts.name}", "upgrade NCCL",
+                           spec.stack.nccl)
+    set_by_user = [name for name in ("NCCL_ALGO", "NCCL_PROTO") if name in spec.env]
+    if not set_by_user or not facts.efa or (nccl is not None and nccl < (2, 19)):
+        return
+    what = " and ".join(set_by_user)
+    if ofi is not None and (1, 8) <= ofi < (1, 17):
+        # aws-ofi-nccl 1.8-1.16: the tuner refuses to start and NCCL fails (invalid usage) where it loads.
+        level = Level.ERROR if ofi >= (1, 16) and (nccl is None or nccl >= (2, 21)) else Level.WARNING
+        yield Finding(level, f"env.{set_by_user[0]}", f"with {what} set, aws-ofi-nccl {spec.stack.aws_ofi_nccl}'s "
+                      "tuner refuses to load and NCCL fails to initialise; clusterkit leaves the tuner off",
+                      f"remove {what} (the tuner picks algorithms and protocols)", spec.env[set_by_user[0]])
+    elif ofi is None or ofi >= (1, 17):
+        yield _warning(f"env.{set_by_user[0]}", f"{what} turns aws-ofi-nccl's tuner off (NCCL's own tuning "
+                       "is used)", f"remove {what} unless you measured it is faster", spec.env[set_by_user[0]])
+
+
+@rule
+def neuron_settings(spec: JobSpec) -> Iterator[Finding]:
+    facts = spec.instance_facts
+    if facts is None or facts.accelerator != "neuron":
+        return
+    neuron = version_tuple(spec.stack.neuron)
+    for variable in NEURON_BF16_VARIABLES:
+        if variable not in spec.env:
+            continue
+        if neuron is None or neuron >= (2, 25):
+            yield _warning(f"env.{variable}", f"Neuron 2.25 and later ignore {variable}: the model trains in fp32",
+                           "remove it and use torch.autocast (or model.to(torch.bfloat16)); if the image has an "
+                           "older Neuron, say so in stack.neuron", spec.env[variable])
+        elif neuron >= (2, 23):
+            yield _warning(f"env.{variable}", f"{variable} is deprecated since Neuron 2.23 and gone after 2.24",
+                           "move to torch.autocast or model.to(torch.bfloat16)", spec.env[variable])
 
 
 @rule
@@ -271,10 +528,8 @@ def sbatch_options(spec: JobSpec) -> Iterator[Finding]:
     for index, directive in enumerate(spec.sbatch):
         path = f"sbatch[{index}]"
         option = directive.split("=", 1)[0]
-        if not SBATCH_OPTION_RE.match(option):
+        if not SBATCH_OPTION_RE.fullmatch(option):
             yield _error(path, "is not a long sbatch option", "write e.g. --account=ml", directive)
         elif option[2:] in MANAGED_DIRECTIVES:
             yield _error(path, f"{option} is set by the job spec",
                          f"set `{MANAGED_DIRECTIVES[option[2:]]}` instead", directive)
-        elif CONTROL_RE.search(directive):
-            yield _error(path, "contains a line break or control character", "remove it", directive)

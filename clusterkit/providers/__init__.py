@@ -24,6 +24,7 @@ HOST_CLUSTER = "host"  # the Slurm this machine is configured for, e.g. on a Par
 PROVIDERS = {
     "local": "clusterkit.providers.local.cluster:LocalProvider",
     "aws": "clusterkit.providers.aws.cluster:AwsProvider",
+    "ssh": "clusterkit.providers.ssh:SshProvider",
 }
 
 

@@ -27,15 +27,19 @@ def quiet(_: str) -> None:
 
 @dataclass(frozen=True)
 class DeletionPlan:
-    """What deleting a cluster removes and what it leaves; `confirm`: a person should agree first."""
+    """What deleting a cluster removes and what it leaves; `confirm`: a person should agree first;
+    `storage_deleted`: shared storage (and its files) among `deletes`, which a delete removes only
+    when asked to in so many words (`delete-cluster --delete-storage`)."""
 
     name: str
     deletes: tuple[str, ...]
     keeps: tuple[str, ...] = ()
     confirm: bool = False
+    storage_deleted: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "deletes": list(self.deletes), "keeps": list(self.keeps), "confirm": self.confirm}
+        return {"name": self.name, "deletes": list(self.deletes), "keeps": list(self.keeps), "confirm": self.confirm,
+                "storage_deleted": list(self.storage_deleted)}
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,15 @@ class Cluster(Protocol):
 
     def slurm(self) -> Slurm:
         """The Slurm that runs this cluster's jobs; a ClusterkitError with a fix when none is reachable."""
+        ...
+
+    def runs_dir(self) -> str | None:
+        """Where per-run directories go on the cluster when jobs are submitted from elsewhere (over
+        SSH); None when the submitter's directories are the cluster's."""
+        ...
+
+    def python(self) -> str:
+        """The interpreter that runs Python functions on the nodes unless told otherwise."""
         ...
 
     def queues(self) -> dict[str, list[str]]:

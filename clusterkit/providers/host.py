@@ -4,6 +4,7 @@ nor deletes it."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from clusterkit.errors import ClusterkitError
@@ -21,6 +22,12 @@ class HostCluster:
 
     def slurm(self) -> Slurm:
         return self._slurm
+
+    def runs_dir(self) -> str | None:
+        return None
+
+    def python(self) -> str:
+        return sys.executable
 
     def queues(self) -> dict[str, list[str]]:
         return {}

@@ -1,12 +1,15 @@
 """Progress beacons from the training loop, read by a supervisor to spot hung ranks.
 
-Each rank owns one small file `rank-00003.hb` holding "STEP UNIX_TIME NODE". Writes go to a temporary
-file that replaces the old one, so a reader never sees a torn line; there is no fsync, because a
-heartbeat only has to be visible to other processes, not survive a power cut.
+Each rank owns one small file `rank-00003.hb` holding "STEP UNIX_TIME NODE", padded to a fixed width.
+It is created once and then overwritten in place with one write: no new blocks, so a beat still lands
+when training has filled the disk; and no fsync, because a heartbeat only has to be visible to other
+processes, not survive a power cut. A beat that cannot be written is logged (once per kind of error)
+and tried again at the next call: a heartbeat never raises into the training loop.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -16,8 +19,12 @@ from typing import NamedTuple
 from clusterkit.runtime import HEARTBEAT_DIR_ENV
 
 DEFAULT_MIN_INTERVAL_S = 5.0
+BEAT_BYTES = 128  # one beat, padded: node names are at most 64 characters in Slurm
 
+log = logging.getLogger(__name__)
 _last_write: dict[Path, float] = {}
+_descriptors: dict[Path, int] = {}
+_reported: set[str] = set()
 
 
 class Beat(NamedTuple):
@@ -40,13 +47,31 @@ def heartbeat(step: int, *, min_interval_s: float = DEFAULT_MIN_INTERVAL_S) -> b
     last = _last_write.get(path)
     if last is not None and now - last < min_interval_s:
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    temporary.write_text(f"{step} {now:.3f} {node}\n")
-    os.replace(temporary, path)
+    line = f"{step} {now:.3f} {node}"[: BEAT_BYTES - 1].ljust(BEAT_BYTES - 1) + "\n"
+    try:
+        os.pwrite(_descriptor(path), line.encode(), 0)
+    except OSError as error:
+        _report(error, path)
+        return False
     _last_write[path] = now
     return True
+
+
+def _descriptor(path: Path) -> int:
+    """The rank's heartbeat file, opened once (and its directory made) for the life of the process."""
+    if path not in _descriptors:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _descriptors[path] = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    return _descriptors[path]
+
+
+def _report(error: OSError, path: Path) -> None:
+    key = f"{path}:{error.errno}"
+    if key not in _reported:
+        _reported.add(key)
+        log.warning("heartbeat to %s failed (%s); training goes on and the next beat tries again",
+                    path, error.strerror or error)
 
 
 def read_heartbeats(directory: str | os.PathLike[str]) -> dict[int, Beat]:
@@ -55,7 +80,7 @@ def read_heartbeats(directory: str | os.PathLike[str]) -> dict[int, Beat]:
     for path in Path(directory).glob("rank-*.hb"):
         try:
             rank = int(path.stem.removeprefix("rank-"))
-            step_text, time_text, node = path.read_text().split()
+            step_text, time_text, node = path.read_text().split()  # a torn or foreign file fails here
             beats[rank] = Beat(int(step_text), float(time_text), node)
         except (OSError, ValueError):
             continue  # vanished or not ours; a supervisor treats it as no heartbeat

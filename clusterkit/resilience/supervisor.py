@@ -10,10 +10,17 @@ When the step fails the supervisor tells apart
 - an application error (all nodes healthy, non-zero exit): retry up to `--app-retries` times, then
   stop and say it was the application: no endless requeue.
 
-Every restart, whoever caused it (a requeue by Slurm, by us, a retry), spends one unit of the
-restart budget, kept with the run so that it survives requeues and resubmission. Each decision is
-printed and appended, with its evidence, to `decisions.jsonl`. Training resumes from the latest
-valid checkpoint by itself (CheckpointManager.latest()).
+- the warning before the time limit, or of a preemption (`--signal=B:USR1@N`): have the step save
+  its checkpoint, then requeue: a planned requeue, not a failure;
+- checkpoint storage that is full: stop and say so (a restart would fail the same way).
+
+Failures (node, hang, application; and attempts Slurm ended with NODE_FAIL or the like) spend the
+restart budget (`max_restarts`). Time-limit requeues and preemptions have bounds of their own
+(preemptions unlimited by default), so a week-long run on a 48-hour partition never runs out of
+budget without failing. The counts live with the run (see run_state.py: reserved space, so a full
+disk cannot stop the supervisor) and survive requeues and resubmission. Each decision is printed and
+appended, with its evidence, to `decisions.jsonl`. Training resumes from the latest valid checkpoint
+by itself (CheckpointManager.latest()).
 """
 
 from __future__ import annotations
@@ -21,86 +28,128 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterkit import runtime
 from clusterkit.errors import ClusterkitError
-from clusterkit.files import write_atomically
 from clusterkit.resilience.heartbeat import read_heartbeats
-from clusterkit.runtime import (APPLICATION_ERROR, BUDGET_EXHAUSTED, COMPLETED, HANG, NODE_FAILURE, PREEMPTED,
-                                TERMINATED)
+from clusterkit.resilience.run_state import Budget, RunState
+from clusterkit.runtime import (APPLICATION_ERROR, BUDGET_EXHAUSTED, CHECKPOINT_STORAGE_FULL, COMPLETED, HANG,
+                                NODE_FAILURE, PREEMPTED, TERMINATED, TIME_LIMIT)
 from clusterkit.slurm import Slurm
 
-STOP_GRACE_S = 20.0
-
-
-@dataclass
-class BudgetState:
-    """What the supervisor remembers across requeues: kept in the run's state directory."""
-
-    restarts: int = 0
-    application_failures: int = 0
-    attempts_seen: list[str] = field(default_factory=list)
-
-    @classmethod
-    def load(cls, path: Path) -> BudgetState:
-        try:
-            return cls(**json.loads(path.read_text()))
-        except FileNotFoundError:
-            return cls()
-
-    def save(self, path: Path) -> None:
-        write_atomically(path, json.dumps(asdict(self)) + "\n")
+STOP_GRACE_S = 20.0  # SIGTERM to SIGKILL when nothing says how long there is
+REQUEUE_MARGIN_S = 15.0  # of the time left before a limit, kept for the requeue itself
+UNKNOWN_LEAD_S = 900.0  # without --signal-lead: a warning this close to the limit is the time limit's
+# Decisions after which the supervisor requeued the job itself (and spent for it when it decided).
+REQUEUED_BY_US = (NODE_FAILURE, TIME_LIMIT, PREEMPTED)
+# How Slurm ended an attempt the supervisor did not end itself, and which bound that counts against.
+_ENDED_BY_SLURM = {"PREEMPTED": "preemption", "TIMEOUT": "time_limit"}
 
 
 @dataclass
 class StepOutcome:
     exit_code: int | None  # None: we stopped it
     hang_evidence: str = ""
+    bad_nodes: dict[str, str] = field(default_factory=dict)  # the check that ran beside the step found them
     signalled: bool = False  # the job was warned: save and requeue (time limit, preemption)
     terminated: bool = False  # Slurm is ending the job
 
 
 class Supervisor:
     def __init__(self, step: list[str], state_dir: Path, max_restarts: int, app_retries: int,
-                 hang_timeout: float, health_timeout: float, precheck: bool, slurm: Slurm | None = None) -> None:
+                 hang_timeout: float, health_timeout: float, precheck: bool, slurm: Slurm | None = None,
+                 max_time_limit_requeues: int | None = None, max_preemptions: int | None = None,
+                 signal_lead: float | None = None, checkpoint_dir: Path | None = None) -> None:
         self.step = step
         self.state_dir = state_dir
         self.max_restarts = max_restarts
+        self.max_time_limit_requeues = max_time_limit_requeues  # None: no bound
+        self.max_preemptions = max_preemptions  # None: no bound
         self.app_retries = app_retries
         self.hang_timeout = hang_timeout
         self.health_timeout = health_timeout
         self.precheck = precheck
+        self.signal_lead = signal_lead  # seconds between the warning and the time limit (--signal=...@N)
+        self.checkpoint_dir = checkpoint_dir
         self.slurm = slurm or Slurm()
         self.job_id = os.environ.get("SLURM_JOB_ID", "")
         self.attempt = f"{self.job_id}.{os.environ.get('SLURM_RESTART_COUNT', '0')}"
-        self.state_path = state_dir / runtime.SUPERVISOR_STATE_FILE
+        self.run_state = RunState(state_dir)
         self.stop_requested = threading.Event()  # the warning before the time limit or a preemption
         self.terminating = threading.Event()  # Slurm is ending the job (cancel, node failure, limit)
+        self.warned_with_time_left: float | None = None  # seconds left when the warning came
 
     # ----- decisions ------------------------------------------------------------------------------
-    def decide(self, decision: str, evidence: str, **details: object) -> None:
-        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "job_id": self.job_id, "attempt": self.attempt,
-                 "decision": decision, "evidence": evidence, **details}
-        with open(self.state_dir / runtime.DECISIONS_FILE, "a") as log:
-            log.write(json.dumps(entry) + "\n")
+    def decide(self, decision: str, evidence: str, attempt: str | None = None, **details: object) -> None:
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "job_id": self.job_id,
+                 "attempt": attempt or self.attempt, "decision": decision, "evidence": evidence, **details}
         print(f"clusterkit supervisor: {decision}: {evidence}", file=sys.stderr, flush=True)
+        self.run_state.append(entry)
 
-    def spend_restart(self, state: BudgetState, why: str) -> bool:
-        """Count one restart; False (and a decision) when the budget is spent."""
-        if state.restarts >= self.max_restarts:
-            self.decide(BUDGET_EXHAUSTED, f"{why}; the restart budget of {self.max_restarts} is spent",
-                        restarts=state.restarts)
+    def spend(self, budget: Budget, kind: str, why: str) -> bool:
+        """Count one restart of `kind` (failure, time_limit, preemption); False (and a decision) when its
+        bound is reached."""
+        counter, bound, what = {
+            "failure": ("failures", self.max_restarts, "the restart budget"),
+            "time_limit": ("time_limit_requeues", self.max_time_limit_requeues, "the bound on time-limit requeues"),
+            "preemption": ("preemptions", self.max_preemptions, "the bound on preemptions"),
+        }[kind]
+        used = getattr(budget, counter)
+        if bound is not None and used >= bound:
+            self.decide(BUDGET_EXHAUSTED, f"{why}; {what} of {bound} is spent", **{counter: used})
             return False
-        state.restarts += 1
-        state.save(self.state_path)
+        setattr(budget, counter, used + 1)
+        self.run_state.save(budget)
         return True
+
+    def account_for_previous_attempt(self, budget: Budget) -> bool:
+        """A new attempt: spend for the way the previous one ended, unless the supervisor already did
+        (its own decisions spend when they are made). False when a bound is reached."""
+        previous = budget.attempts_seen[-1]
+        made = [d for d in runtime.read_decisions(self.run_state.decisions_path) if d.get("attempt") == previous]
+        if made and made[-1].get("decision") in REQUEUED_BY_US:
+            return True
+        state = self._slurm_state_of(previous)
+        kind = _ENDED_BY_SLURM.get(state, "failure")
+        why = f"attempt {previous} ended {state or 'without a record'} and Slurm requeued the job"
+        if kind == "failure":
+            self.decide(NODE_FAILURE if state in ("NODE_FAIL", "BOOT_FAIL") else TERMINATED, why, attempt=previous,
+                        slurm_state=state)
+        return self.spend(budget, kind, why)
+
+    def _slurm_state_of(self, attempt: str) -> str:
+        job_id, _, restart = attempt.partition(".")
+        try:
+            records = self.slurm.accounting([job_id])
+        except Exception as error:  # no accounting: count it as a failure, the safe side
+            print(f"clusterkit supervisor: sacct failed: {error}", file=sys.stderr)
+            return ""
+        if job_id == self.job_id and restart.isdigit() and int(restart) < len(records):
+            return records[int(restart)].base_state
+        return records[-1].base_state if records else ""
+
+    # ----- checkpoint storage ---------------------------------------------------------------------
+    def storage_full(self) -> str:
+        """Evidence that the checkpoint storage cannot hold the next checkpoint, else ''."""
+        directory = self.checkpoint_dir or self.state_dir.parent
+        try:
+            usage = shutil.disk_usage(directory)
+        except OSError:
+            return ""
+        newest = _newest_checkpoint_bytes(directory)
+        needed = max(newest, 1 << 20)
+        if usage.free >= needed:
+            return ""
+        return (f"{usage.free / 2**20:.1f} MiB free of {usage.total / 2**20:.0f} MiB on {directory}, "
+                f"less than one checkpoint ({needed / 2**20:.1f} MiB)")
 
     # ----- the allocation ---------------------------------------------------------------------------
     def allocation_nodes(self) -> list[str]:
@@ -130,7 +179,7 @@ class Supervisor:
         """'' when the node's health check passes, else the evidence."""
         try:
             result = self.slurm.run("srun", "--overlap", "-N1", "-n1", "-w", node, "--kill-on-bad-exit=1",
-                                    sys.executable, "-m", "clusterkit.resilience.health", check=False,
+                                    sys.executable, "-m", runtime.HEALTH_MODULE, check=False,
                                     timeout=self.health_timeout)
         except ClusterkitError as error:  # srun missing or not answering
             return f"health check on {node} could not run: {error}"
@@ -162,6 +211,12 @@ class Supervisor:
             except Exception as error:
                 print(f"clusterkit supervisor: could not drain {node}: {error}", file=sys.stderr)
 
+    def time_left(self) -> float | None:
+        try:
+            return self.slurm.time_left(self.job_id)
+        except Exception:  # the controller not answering: the warning's cause stays unknown
+            return None
+
     def requeue(self) -> int:
         """Requeue this job: Slurm stops this script and starts it again elsewhere."""
         try:
@@ -174,11 +229,16 @@ class Supervisor:
         return 1
 
     # ----- the step -----------------------------------------------------------------------------
-    def run_step(self, try_number: int) -> StepOutcome:
+    def run_step(self, try_number: int, precheck: concurrent.futures.Future | None = None) -> StepOutcome:
+        """Run the step once. `precheck`: the nodes' health check, still running beside the step (it is
+        off the resume's critical path); a bad node it finds stops the step."""
         heartbeats = self.state_dir / runtime.HEARTBEATS_DIR_NAME / f"{self.attempt}.{try_number}"
         heartbeats.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, **{runtime.HEARTBEAT_DIR_ENV: str(heartbeats),
                                   runtime.ATTEMPT_ID_ENV: f"{self.attempt}.{try_number}"})
+        # A line in the job's log with the time: where a resume's seconds go can be read from it.
+        print(f"clusterkit supervisor: starting the step (attempt {self.attempt}, try {try_number}) at "
+              f"{time.time():.3f}", file=sys.stderr, flush=True)
         process = subprocess.Popen(self.step, env=env, start_new_session=True)
         progress: dict[int, tuple[int, float]] = {}  # rank -> (step, when we saw it change)
         while True:
@@ -192,9 +252,17 @@ class Supervisor:
                 self._stop(process)
                 return StepOutcome(process.returncode, terminated=True)
             if self.stop_requested.is_set():
-                # Time limit or preemption: the ranks save a checkpoint on SIGTERM, then we requeue.
-                self._stop(process)
+                # Time limit or preemption: the ranks save a checkpoint on SIGTERM, then we requeue. They
+                # get what is left before the limit, less the requeue's own margin.
+                left = self.warned_with_time_left
+                self._stop(process, grace=max(left - REQUEUE_MARGIN_S, 5.0) if left is not None else STOP_GRACE_S)
                 return StepOutcome(process.returncode, signalled=True)
+            if precheck is not None and precheck.done():
+                bad = precheck.result()
+                precheck = None
+                if bad:
+                    self._stop(process)
+                    return StepOutcome(None, bad_nodes=bad)
             evidence = self._hang_evidence(heartbeats, progress)
             if evidence:
                 self._stop(process)
@@ -213,12 +281,12 @@ class Supervisor:
                         f"for {now - last[1]:.0f} s")
         return ""
 
-    def _stop(self, process: subprocess.Popen) -> None:
-        """Stop the step: srun passes SIGTERM to every task; what is left after a grace gets SIGKILL."""
+    def _stop(self, process: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
+        """Stop the step: srun passes SIGTERM to every task; what is left after `grace` gets SIGKILL."""
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         try:
-            process.wait(timeout=STOP_GRACE_S)
+            process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             for step_id in self.slurm.steps(self.job_id):
                 try:
@@ -228,25 +296,54 @@ class Supervisor:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
 
+    def warned(self) -> None:
+        """The signal before the time limit or a preemption (from the signal handler's thread)."""
+        self.warned_with_time_left = self.time_left()
+        self.stop_requested.set()
+
+    def warning_cause(self) -> str:
+        """TIME_LIMIT when the warning came as close to the limit as the job asked for, else PREEMPTED."""
+        left = self.warned_with_time_left
+        if left is None:
+            return TIME_LIMIT if self.signal_lead is not None else PREEMPTED
+        lead = self.signal_lead if self.signal_lead is not None else UNKNOWN_LEAD_S
+        return TIME_LIMIT if left <= lead + 60 else PREEMPTED
+
     # ----- the loop -----------------------------------------------------------------------------
     def run(self) -> int:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        state = BudgetState.load(self.state_path)
-        if self.attempt not in state.attempts_seen:
-            if state.attempts_seen and not self.spend_restart(state, f"job restarted as attempt {self.attempt}"):
+        print(f"clusterkit supervisor: attempt {self.attempt} started at {time.time():.3f}", file=sys.stderr,
+              flush=True)
+        try:
+            self.run_state.open()
+        except OSError as error:
+            full = self.storage_full()
+            print(f"clusterkit supervisor: {CHECKPOINT_STORAGE_FULL if full else 'error'}: cannot keep the run's "
+                  f"state in {self.state_dir}: {error.strerror or error}" + (f"; {full}" if full else ""),
+                  file=sys.stderr, flush=True)
+            return 1
+        budget = self.run_state.load()
+        if self.attempt not in budget.attempts_seen:
+            if budget.attempts_seen and not self.account_for_previous_attempt(budget):
                 return 1
-            state.attempts_seen.append(self.attempt)
-            state.save(self.state_path)
+            budget.attempts_seen.append(self.attempt)
+            self.run_state.save(budget)
+        full = self.storage_full()
+        if full:
+            self.decide(CHECKPOINT_STORAGE_FULL, f"before the step: {full}; free space there, then resubmit",
+                        free_bytes=_free_bytes(self.checkpoint_dir or self.state_dir.parent))
+            return 1
         nodes = self.allocation_nodes()
-        if self.precheck:
-            bad = self.unhealthy_nodes(nodes)
-            if bad:
-                self.decide(NODE_FAILURE, "before the step: " + "; ".join(bad.values()), nodes=sorted(bad))
-                self.drain(bad)
-                return self.requeue()
+        # The health check of every node runs beside the first try of the step, not before it: a resume
+        # does not wait for it, and a bad node it finds stops the step.
+        checker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="clusterkit-precheck")
+        precheck = checker.submit(self.unhealthy_nodes, nodes) if self.precheck else None
+        checker.shutdown(wait=False)
         try_number = 0
         while True:
-            outcome = self.run_step(try_number)
+            outcome = self.run_step(try_number, precheck if try_number == 0 else None)
+            if outcome.bad_nodes:
+                return self.node_failure("the check beside the step: " + "; ".join(outcome.bad_nodes.values()),
+                                         outcome.bad_nodes, budget)
             if outcome.terminated:
                 self.decide(TERMINATED, "Slurm terminated the job (cancelled, a node failed, or the time "
                             "limit); Slurm requeues it if it is requeueable", exit_code=outcome.exit_code)
@@ -255,8 +352,14 @@ class Supervisor:
                 self.decide(COMPLETED, f"step exited 0 on {','.join(nodes)}")
                 return 0
             if outcome.signalled:
-                self.decide(PREEMPTED, "the job was signalled before its time limit or preemption; "
-                            "the step saved its checkpoint", exit_code=outcome.exit_code)
+                cause = self.warning_cause()
+                left = self.warned_with_time_left
+                why = (f"warned {'before the time limit' if cause == TIME_LIMIT else 'of a preemption'}"
+                       + (f" with {left:.0f} s left" if left is not None else "")
+                       + f"; the step saved its checkpoint (exit {outcome.exit_code})")
+                if not self.spend(budget, "time_limit" if cause == TIME_LIMIT else "preemption", why):
+                    return 1
+                self.decide(cause, why, exit_code=outcome.exit_code)
                 return self.requeue()
             failure = outcome.hang_evidence or f"step exited {outcome.exit_code}"
             if not self.job_running():
@@ -265,26 +368,57 @@ class Supervisor:
                 self.decide(TERMINATED, f"{failure} while Slurm was ending the job; no node judged",
                             exit_code=outcome.exit_code)
                 return outcome.exit_code or 143
+            full = self.storage_full()
+            if full:
+                self.decide(CHECKPOINT_STORAGE_FULL, f"{failure}; {full}: a restart would fail the same way; "
+                            "free space there, then resubmit", exit_code=outcome.exit_code,
+                            free_bytes=_free_bytes(self.checkpoint_dir or self.state_dir.parent))
+                return outcome.exit_code or 1
             bad = self.unhealthy_nodes(nodes)
             if bad:
-                self.decide(NODE_FAILURE, f"{failure}; " + "; ".join(bad.values()), nodes=sorted(bad))
-                self.drain(bad)
-                return self.requeue()
+                return self.node_failure(f"{failure}; " + "; ".join(bad.values()), bad, budget)
             if outcome.hang_evidence:
-                self.decide(HANG, f"{failure}; all nodes healthy: retrying the step on the same nodes")
+                decision, evidence = HANG, f"{failure}; all nodes healthy: retrying the step on the same nodes"
             else:
-                state.application_failures += 1
-                state.save(self.state_path)
-                if state.application_failures > self.app_retries:
+                budget.application_failures += 1
+                self.run_state.save(budget)
+                if budget.application_failures > self.app_retries:
                     self.decide(APPLICATION_ERROR, f"{failure} with all nodes healthy, "
-                                f"{state.application_failures} times: the application fails; stopping",
+                                f"{budget.application_failures} times: the application fails; stopping",
                                 exit_code=outcome.exit_code)
                     return outcome.exit_code or 1
-                self.decide(APPLICATION_ERROR, f"{failure} with all nodes healthy: retrying the step "
-                            f"({state.application_failures} of {self.app_retries})", exit_code=outcome.exit_code)
-            if not self.spend_restart(state, failure):
+                decision, evidence = APPLICATION_ERROR, (f"{failure} with all nodes healthy: retrying the step "
+                                                         f"({budget.application_failures} of {self.app_retries})")
+            if not self.spend(budget, "failure", failure):
                 return outcome.exit_code or 1
+            self.decide(decision, evidence, exit_code=outcome.exit_code)
             try_number += 1
+
+    def node_failure(self, evidence: str, bad: dict[str, str], budget: Budget) -> int:
+        """Drain the bad nodes with their evidence and requeue, if the budget allows a restart."""
+        self.drain(bad)
+        if not self.spend(budget, "failure", evidence):
+            return 1
+        self.decide(NODE_FAILURE, evidence, nodes=sorted(bad))
+        return self.requeue()
+
+
+def _newest_checkpoint_bytes(directory: Path) -> int:
+    """Bytes of the newest committed checkpoint (`step-*`) under `directory`, 0 without one."""
+    try:
+        steps = sorted((p for p in directory.iterdir() if p.name.startswith("step-") and p.is_dir()), reverse=True)
+    except OSError:
+        return 0
+    for step in steps[:1]:
+        return sum(f.stat().st_size for f in step.rglob("*") if f.is_file())
+    return 0
+
+
+def _free_bytes(directory: Path) -> int | None:
+    try:
+        return shutil.disk_usage(directory).free
+    except OSError:
+        return None
 
 
 def default_state_dir() -> Path:
@@ -303,12 +437,21 @@ def main(argv: list[str] | None = None) -> int:
     max_restarts = args.max_restarts
     if max_restarts is None:
         max_restarts = int(os.environ.get(runtime.MAX_RESTARTS_ENV) or runtime.DEFAULT_MAX_RESTARTS)
+    checkpoint_dir = os.environ.get(runtime.CHECKPOINT_DIR_ENV)
     supervisor = Supervisor(step, args.state_dir or default_state_dir(), max_restarts, args.app_retries,
-                            args.hang_timeout, args.health_timeout, args.precheck)
-    # Slurm's warning before the time limit (--signal=B:USR1@N), or a preemption notice.
-    signal.signal(signal.SIGUSR1, lambda *_: supervisor.stop_requested.set())
+                            args.hang_timeout, args.health_timeout, args.precheck,
+                            max_time_limit_requeues=_bound(args.max_time_limit_requeues),
+                            max_preemptions=_bound(args.max_preemptions), signal_lead=args.signal_lead,
+                            checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None)
+    # Slurm's warning before the time limit (--signal=B:USR1@N), or a preemption notice. The handler
+    # only starts a thread: asking Slurm for the time left must not run inside a signal handler.
+    signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(target=supervisor.warned, daemon=True).start())
     signal.signal(signal.SIGTERM, lambda *_: supervisor.terminating.set())
     return supervisor.run()
+
+
+def _bound(value: int) -> int | None:
+    return None if value < 0 else value
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from clusterkit.jobs import records
-from clusterkit.jobs.attempts import classify, decisions
+from clusterkit.jobs.attempts import decisions
 from clusterkit.jobs.handle import JobHandle
 from clusterkit.jobs.plan import plan_from_record
 from clusterkit.jobs.submit import job_handle, submit_plan
@@ -41,7 +41,7 @@ def _bad_nodes(handle: JobHandle, record: records.JobRecord | None) -> list[str]
         used = set(slurm.hostnames(attempts[-1].node_list))
         nodes.update(n.name for n in slurm.nodes() if n.name in used and
                      (not n.responding or n.base_state in ("down", "fail", "drain", "drng")))
-    for decision in decisions(record):
+    for decision in decisions(record, handle.transport):
         if decision.get("decision") == NODE_FAILURE and decision.get("job_id") == handle.job_id:
             nodes.update(decision.get("nodes", []))
     return sorted(nodes)
@@ -58,11 +58,10 @@ def watch(job_id: str, cluster: str | None = None, *, resubmit: bool = False, ma
 
     while True:
         state = handle.wait(poll=poll, progress=say)
-        record = records.find(handle.cluster, handle.job_id)
-        attempts = handle.attempts()
-        last = attempts[-1] if attempts else None
+        record = handle.record
+        attempts = handle.status().attempts
         result.state = state
-        result.classification = classify(last, len(attempts) - 1, record) if last else state.lower()
+        result.classification = attempts[-1].classification if attempts else state.lower()
         supervisor_wanted_requeue = result.classification == NODE_FAILURE and state == "FAILED"
         if not resubmit or (state not in RESUBMITTABLE and not supervisor_wanted_requeue):
             return result

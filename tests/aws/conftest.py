@@ -8,6 +8,7 @@ client, which return a canned response or raise the ClientError AWS would.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +17,7 @@ REGION = "us-east-1"
 FAKE_SECRET = "fake-secret-c0ffee-never-print-me"
 
 
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
-    """Fake keys, no profile, no endpoint, no config files and no instance metadata: nothing reaches AWS."""
+def _offline_aws(monkeypatch: pytest.MonkeyPatch, scratch: Path) -> None:
     for variable in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
                      "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"):
         monkeypatch.delenv(variable, raising=False)
@@ -26,9 +25,40 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_SECRET)
     monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(scratch / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(scratch / "no-aws-credentials"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
+    """Fake keys, no profile, no endpoint, no config files and no instance metadata: nothing reaches AWS."""
+    _offline_aws(monkeypatch, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def pcluster_world(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """ParallelCluster's full validation under moto (tests/aws/parallelcluster_world.py), one per test module."""
+    pytest.importorskip("pcluster", reason="aws-parallelcluster (the `validate` extra) is not installed")
+    import shutil
+
+    if shutil.which("node") is None:
+        pytest.skip("ParallelCluster needs Node.js on PATH")
+    from moto import mock_aws
+
+    from .parallelcluster_world import ParallelClusterWorld, use_local_region_list
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _offline_aws(monkeypatch, tmp_path_factory.mktemp("aws"))
+        # ParallelCluster checks the node roles' AWS-managed policies (SSM, ECR): moto holds them when asked.
+        monkeypatch.setenv("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
+        with mock_aws():
+            use_local_region_list()
+            world = ParallelClusterWorld()
+            try:
+                yield world
+            finally:
+                world.close()
 
 
 @pytest.fixture

@@ -1,4 +1,9 @@
-"""A ClusterBackend that stands in for ParallelCluster: a real (moto) CloudFormation stack per cluster."""
+"""A ClusterBackend that stands in for ParallelCluster: a real (moto) CloudFormation stack per cluster.
+
+Like ParallelCluster, `create` also makes the shared storage the config asks for (FSx for Lustre, EFS)
+and `delete` removes it only when its DeletionPolicy is Delete: CloudFormation's DeletionPolicy, which
+ParallelCluster sets on those resources, decides what outlives the stack.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ TEMPLATE = json.dumps({
     "Parameters": {"Size": {"Type": "String", "Default": "0"}},
     "Resources": {"SharedBucket": {"Type": "AWS::S3::Bucket"}, "LogBucket": {"Type": "AWS::S3::Bucket"}},
 })
+CLUSTER_TAG = "parallelcluster:cluster-name"
 
 
 class FakeParallelCluster:
@@ -19,27 +25,48 @@ class FakeParallelCluster:
 
     def __init__(self, dry_run_findings: list[Finding] | None = None) -> None:
         self.calls: list[tuple[str, str, dict[str, Any] | None]] = []
+        self.suppressed: list[tuple[str, ...]] = []
+        self.storage: dict[str, list[tuple[str, str, str]]] = {}  # cluster -> (service, id, DeletionPolicy)
         self.dry_run_findings = dry_run_findings or [Finding(Level.INFO, "parallelcluster.DeletionPolicyValidator",
-                                                             "storage 'fsx' is deleted with the cluster")]
+                                                             "storage 'fsx' is retained when the cluster is deleted")]
 
-    def _cloudformation(self, region: str) -> Any:
+    def _client(self, service: str, region: str) -> Any:
         import boto3
 
-        return boto3.client("cloudformation", region_name=region)
+        return boto3.client(service, region_name=region)
 
-    def dry_run(self, name: str, config: dict[str, Any], region: str) -> list[Finding]:
+    def dry_run(self, name: str, config: dict[str, Any], region: str, suppress: tuple[str, ...] = ()) -> list[Finding]:
         self.calls.append(("dry_run", name, config))
+        self.suppressed.append(tuple(suppress))
         return list(self.dry_run_findings)
 
     def create(self, name: str, config: dict[str, Any], region: str) -> str:
         self.calls.append(("create", name, config))
-        return self._cloudformation(region).create_stack(StackName=name, TemplateBody=TEMPLATE)["StackId"]
+        self.storage[name] = self._make_storage(name, config, region)
+        return self._client("cloudformation", region).create_stack(StackName=name, TemplateBody=TEMPLATE)["StackId"]
+
+    def _make_storage(self, name: str, config: dict[str, Any], region: str) -> list[tuple[str, str, str]]:
+        made = []
+        subnet = config["HeadNode"]["Networking"]["SubnetId"]
+        tags = [{"Key": CLUSTER_TAG, "Value": name}]
+        for entry in config.get("SharedStorage", []):
+            if entry["StorageType"] == "FsxLustre" and "FileSystemId" not in entry["FsxLustreSettings"]:
+                settings = entry["FsxLustreSettings"]
+                made.append(("fsx", self._client("fsx", region).create_file_system(
+                    FileSystemType="LUSTRE", StorageCapacity=settings["StorageCapacity"], SubnetIds=[subnet],
+                    Tags=tags, LustreConfiguration={"DeploymentType": settings["DeploymentType"]},
+                )["FileSystem"]["FileSystemId"], settings.get("DeletionPolicy", "Delete")))
+            elif entry["StorageType"] == "Efs" and "FileSystemId" not in entry["EfsSettings"]:
+                made.append(("efs", self._client("efs", region).create_file_system(
+                    CreationToken=f"{name}-{entry['Name']}", Tags=tags)["FileSystemId"],
+                    entry["EfsSettings"].get("DeletionPolicy", "Delete")))
+        return made
 
     def describe(self, name: str, region: str) -> dict[str, Any] | None:
         from botocore.exceptions import ClientError
 
         try:
-            stack = self._cloudformation(region).describe_stacks(StackName=name)["Stacks"][0]
+            stack = self._client("cloudformation", region).describe_stacks(StackName=name)["Stacks"][0]
         except ClientError:
             return None
         return {"clusterName": name, "clusterStatus": stack["StackStatus"],
@@ -51,10 +78,17 @@ class FakeParallelCluster:
     def update(self, name: str, config: dict[str, Any], region: str) -> str:
         self.calls.append(("update", name, config))
         size = str(len([c for c in self.calls if c[0] == "update"]))
-        return self._cloudformation(region).update_stack(
+        return self._client("cloudformation", region).update_stack(
             StackName=name, TemplateBody=TEMPLATE, Parameters=[{"ParameterKey": "Size", "ParameterValue": size}],
         )["StackId"]
 
     def delete(self, name: str, region: str) -> None:
         self.calls.append(("delete", name, None))
-        self._cloudformation(region).delete_stack(StackName=name)
+        for service, storage_id, policy in self.storage.pop(name, []):
+            if policy != "Delete":
+                continue
+            if service == "fsx":
+                self._client("fsx", region).delete_file_system(FileSystemId=storage_id)
+            else:
+                self._client("efs", region).delete_file_system(FileSystemId=storage_id)
+        self._client("cloudformation", region).delete_stack(StackName=name)

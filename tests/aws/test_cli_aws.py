@@ -198,15 +198,21 @@ def test_dry_run_stays_offline(aws_env: None, capsys: pytest.CaptureFixture, mon
 def test_output_config_is_the_same_bytes_with_and_without_dry_run(backend: FakeParallelCluster,
                                                                   capsys: pytest.CaptureFixture,
                                                                   tmp_path: Path) -> None:
+    """When the spec names everything a create would otherwise fill in (here: the subnet and the scripts
+    bucket; a custom AMI would be given by id), the dry run writes the config the create uses."""
     import boto3
 
     ec2 = boto3.client("ec2", region_name=REGION)
     vpc = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="172.31.192.0/20",
                                AvailabilityZone="us-east-1b")["Subnet"]["SubnetId"]
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "cluster-configs" / "p4de.yaml").read_text())
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump({**spec, "scripts_bucket": "team-cluster-scripts", "subnet_id": subnet}))
     dry, real = tmp_path / "dry.yaml", tmp_path / "real.yaml"
-    assert create(capsys, "--subnet-id", subnet, "--dry-run", "--output-config", str(dry))[0] == 0
-    code, _, err = create(capsys, "--subnet-id", subnet, "--output-config", str(real))
+    source = ("create-cluster", "--file", str(spec_file), "--name", "train")
+    assert run(capsys, *source, "--dry-run", "--output-config", str(dry))[0] == 0
+    code, _, err = run(capsys, *source, "--output-config", str(real))
     assert code == 0, err
     assert dry.read_bytes() == real.read_bytes()
     # ... and the cluster's own copy, and what ParallelCluster was given, are that config too.
@@ -224,3 +230,125 @@ def test_delete_dry_run_says_what_goes_and_what_stays(backend: FakeParallelClust
     assert any("CloudFormation stack train" in item for item in plan["deletes"])
     assert any("FsxLustre 'fsx' on /fsx" in item for item in plan["deletes"] + plan["keeps"])
     assert [call[0] for call in backend.calls] == ["dry_run", "create"]  # nothing deleted
+
+
+def _fsx_of(cluster: str) -> list[dict]:
+    import boto3
+
+    return [fs for fs in boto3.client("fsx", region_name=REGION).describe_file_systems()["FileSystems"]
+            if {"Key": "parallelcluster:cluster-name", "Value": cluster} in fs.get("Tags", [])]
+
+
+def test_deleting_a_p4de_cluster_keeps_its_fsx_and_says_so(backend: FakeParallelCluster,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    assert create(capsys)[0] == 0
+    (fsx,) = _fsx_of("train")
+    code, out, _ = run(capsys, "delete-cluster", "train", "--dry-run")
+    assert code == 0
+    assert "and keep:\n  - FsxLustre 'fsx' on /fsx (DeletionPolicy Retain)" in out
+    code, out, err = run(capsys, "delete-cluster", "train", "--yes")
+    assert code == 0, err
+    assert "it keeps: FsxLustre 'fsx' on /fsx (DeletionPolicy Retain)" in err
+    assert out.strip().endswith("kept: FsxLustre 'fsx' on /fsx (DeletionPolicy Retain)")
+    assert [fs["FileSystemId"] for fs in _fsx_of("train")] == [fsx["FileSystemId"]]  # the data outlived the cluster
+    assert not registry.exists("train")
+
+
+def test_storage_that_would_be_deleted_takes_an_explicit_flag(backend: FakeParallelCluster,
+                                                              capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "cluster-configs" / "p4de.yaml").read_text())
+    spec["storage"]["lustre"][0]["deletion_policy"] = "Delete"
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    code, out, err = run(capsys, "create-cluster", "--file", str(spec_file), "--name", "scratchy", "--dry-run")
+    assert code == 0 and "delete-cluster deletes: FsxLustre 'fsx' on /fsx (DeletionPolicy Delete" in err
+    assert run(capsys, "create-cluster", "--file", str(spec_file), "--name", "scratchy")[0] == 0
+    code, _, err = run(capsys, "delete-cluster", "scratchy", "--yes")
+    assert code == 1
+    assert err.strip() == ("error: deleting cluster 'scratchy' would delete shared storage and every file on it: "
+                           "FsxLustre 'fsx' on /fsx (DeletionPolicy Delete: every file on it is lost) (copy what you "
+                           "need, then pass --delete-storage (or set its deletion_policy: Retain and update the "
+                           "cluster))")
+    assert registry.exists("scratchy") and len(_fsx_of("scratchy")) == 1
+    code, out, _ = run(capsys, "delete-cluster", "scratchy", "--yes", "--delete-storage", "--output", "json")
+    assert code == 0 and json.loads(out)["storage_deleted"] == [
+        "FsxLustre 'fsx' on /fsx (DeletionPolicy Delete: every file on it is lost)"]
+    assert _fsx_of("scratchy") == []
+
+
+def test_the_dry_run_says_what_survives_a_delete(aws_env: None, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = create(capsys, "--dry-run")
+    assert code == 0
+    assert "delete-cluster keeps: FsxLustre 'fsx' on /fsx (DeletionPolicy Retain)" in err
+    code, out, _ = create(capsys, "--dry-run", "--output", "json")
+    assert json.loads(out)["summary"]["kept_on_delete"] == ["FsxLustre 'fsx' on /fsx (DeletionPolicy Retain)"]
+
+
+def test_create_uploads_clusterkits_node_scripts_to_their_content_addressed_keys(
+        backend: FakeParallelCluster, capsys: pytest.CaptureFixture) -> None:
+    import boto3
+
+    from clusterkit.cluster.node_scripts import node_script
+
+    code, out, err = create(capsys, "--output", "json")
+    assert code == 0, err
+    plan = json.loads(out)["plan"]
+    bucket = f"clusterkit-123456789012-{REGION}"
+    script = node_script("pyxis-enroot.sh")
+    assert plan["uploads"] == {script.url(bucket): str(script.path)}
+    assert f"upload pyxis-enroot.sh to {script.url(bucket)}" in plan["actions"]
+    s3 = boto3.client("s3", region_name=REGION)
+    assert s3.get_object(Bucket=bucket, Key=script.key)["Body"].read() == script.path.read_bytes()
+    assert s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]["BlockPublicPolicy"]
+    created = backend.calls[1][2]
+    assert created["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"] == script.url(bucket)
+    # ParallelCluster's dry run ran before the upload: it was told not to look for the scripts yet.
+    assert backend.suppressed == [("AsyncTimedUrlValidator",)]
+
+
+def test_a_custom_ami_by_name_is_a_placeholder_offline_and_the_image_at_create(
+        backend: FakeParallelCluster, capsys: pytest.CaptureFixture) -> None:
+    import boto3
+
+    code, out, _ = create(capsys, "--custom-ami", "team-neuron-ami", "--dry-run", "--output", "json")
+    dry = json.loads(out)
+    assert code == 0 and dry["config"]["Image"]["CustomAmi"] == "ami-00000000000000000"
+    assert any(f["path"] == "image.custom_ami" and "looked up by name at create" in f["message"]
+               for f in dry["findings"])
+    image_id = boto3.client("ec2", region_name=REGION).register_image(
+        Name="team-neuron-ami", RootDeviceName="/dev/sda1",
+        BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 100}}])["ImageId"]
+    code, out, err = create(capsys, "--custom-ami", "team-neuron-ami", "--output", "json")
+    assert code == 0, err
+    assert backend.calls[-1][2]["Image"]["CustomAmi"] == image_id
+    assert json.loads(out)["plan"]["details"]["chosen"]["image_id"] == image_id
+
+
+def test_a_public_head_node_and_private_queues_end_to_end(backend: FakeParallelCluster,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    import boto3
+
+    ec2 = boto3.client("ec2", region_name=REGION)
+    subnets = ec2.describe_subnets(Filters=[{"Name": "availability-zone", "Values": ["us-east-1b"]}])["Subnets"]
+    public = next(s["SubnetId"] for s in subnets if s.get("MapPublicIpOnLaunch"))
+    private = next(s["SubnetId"] for s in subnets if not s.get("MapPublicIpOnLaunch"))
+    code, _, err = create(capsys, "--head-subnet-id", public, "--subnet-id", private)
+    assert code == 0, err
+    config = backend.calls[-1][2]
+    assert config["HeadNode"]["Networking"]["SubnetId"] == public
+    assert {tuple(q["Networking"]["SubnetIds"]) for q in config["Scheduling"]["SlurmQueues"]} == {(private,)}
+    # The other way round the p4de queue would get public IPs, which its four network cards cannot have.
+    code, _, err = run(capsys, "create-cluster", "--preset", "p4de", "--name", "other", "--subnet-id", public)
+    assert code == 1 and "gives public IPs, which p4de.24xlarge (several network cards) cannot have" in err
+
+
+def test_the_queues_of_a_multi_subnet_queue_are_known_to_jobs() -> None:
+    from clusterkit.cluster import load_spec_data, render_config
+    from clusterkit.providers.aws.cluster import queue_instance_types
+
+    from tests.cluster.cluster_spec_helpers import SUBNET, base_data, set_field
+
+    data = set_field(set_field(base_data(), "queues[1].subnet_ids", [SUBNET, "subnet-0123456789abcdef1"]),
+                     "storage.lustre", [])
+    config = render_config(load_spec_data(data)[0])
+    assert queue_instance_types(config) == {"gpu": ["p4de.24xlarge"], "cpu": ["c5.4xlarge"]}

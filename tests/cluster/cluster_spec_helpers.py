@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
+import types
+import typing
+from collections.abc import Iterator
 from typing import Any
 
 from clusterkit.cluster.plan import plan_spec
+from clusterkit.cluster.spec import ClusterSpec
 
 SUBNET = "subnet-0123456789abcdef0"
 RESERVATION = "cr-0123456789abcdef0"
@@ -54,3 +59,23 @@ def with_fields(data: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]
 
 def findings_of(data: Any) -> list:
     return list(plan_spec(data).findings)
+
+
+def spec_fields() -> list[str]:
+    """Every field path of the cluster spec, list items as `[]` (`queues[].compute[].name`): what tests
+    that must touch every field compare against. Maps (tags, settings) are one field each."""
+
+    def walk(cls: type, prefix: str) -> Iterator[str]:
+        hints = typing.get_type_hints(cls)
+        for field in dataclasses.fields(cls):
+            hint, path = hints[field.name], f"{prefix}{field.name}"
+            inner = next((arg for arg in typing.get_args(hint) if arg is not type(None)), hint) \
+                if typing.get_origin(hint) in (typing.Union, types.UnionType) else hint
+            if typing.get_origin(inner) is list:
+                inner, path = typing.get_args(inner)[0], f"{path}[]"
+            if dataclasses.is_dataclass(inner):
+                yield from walk(inner, f"{path}.")
+            else:
+                yield path
+
+    return list(walk(ClusterSpec, ""))

@@ -145,7 +145,7 @@ def test_fuzz_yaml_text(text: str) -> None:
     try:
         spec, findings = load_spec_text(text)
     except ClusterkitError as error:  # refused in one line: bad YAML, or YAML a spec never needs
-        assert "\n" not in str(error) and ("not valid YAML" in error.message or "a spec" in str(error))
+        assert "\n" not in str(error) and error.message.startswith("<spec>: ")
         return
     assert spec is not None or findings
 

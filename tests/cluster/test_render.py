@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import hashlib
+
 import pytest
 import yaml
-from tests.cluster.cluster_spec_helpers import RESERVATION, base_data, with_fields
+from tests.cluster.cluster_spec_helpers import RESERVATION, SUBNET, base_data, with_fields
 
 from clusterkit.cluster import load_spec_data, preset, preset_names, render, render_config
+from clusterkit.cluster.node_scripts import node_script
 
 from tests.golden import assert_matches_golden
 
@@ -71,7 +74,8 @@ def test_reservation_turns_the_placement_group_off_but_a_named_group_wins() -> N
 
 def test_lustre_defaults_and_existing_file_system() -> None:
     settings = _config({})["SharedStorage"][0]["FsxLustreSettings"]
-    assert settings == {"StorageCapacity": 1200, "DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 250}
+    assert settings == {"StorageCapacity": 1200, "DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 250,
+                        "DeletionPolicy": "Retain"}
     existing = _config({"storage.lustre[0]": {"name": "fsx", "mount_dir": "/fsx",
                                               "file_system_id": "fs-0123456789abcdef0"}})
     assert existing["SharedStorage"][0]["FsxLustreSettings"] == {"FileSystemId": "fs-0123456789abcdef0"}
@@ -81,16 +85,34 @@ def test_pyxis_and_user_actions_run_in_sequence() -> None:
     config = _config({"queues[0].custom_actions": {"on_node_configured": [{"script": "s3://b/setup.sh",
                                                                           "args": ["-x"]}]}})
     sequence = config["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]["Sequence"]
-    assert sequence[0]["Args"] == ["/scratch/enroot"]
+    assert sequence[0]["Args"] == ["--role", "compute", "--enroot-dir", "/scratch/enroot"]  # p4de has NVMe
     assert sequence[1] == {"Script": "s3://b/setup.sh", "Args": ["-x"]}
     head = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]
-    assert head["Script"].endswith("pyxis/postinstall.sh")
+    assert head["Args"] == ["--role", "head", "--enroot-dir", "/var/enroot"]  # c5.9xlarge has none
+    cpu = config["Scheduling"]["SlurmQueues"][1]["CustomActions"]["OnNodeConfigured"]
+    assert cpu["Args"][-1] == "/var/enroot"
+
+
+def test_node_scripts_are_clusterkits_own_pinned_by_content_hash() -> None:
+    config = _config({})
+    script = node_script("pyxis-enroot.sh")
+    url = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"]
+    digest = hashlib.sha256(script.path.read_bytes()).hexdigest()
+    assert url == f"s3://clusterkit-000000000000-us-east-1/clusterkit/node-scripts/sha256-{digest}/pyxis-enroot.sh"
+    assert "githubusercontent" not in render(load_spec_data(base_data())[0])
+    # The nodes may read those scripts and nothing else of the bucket.
+    assert config["HeadNode"]["Iam"]["S3Access"] == [{"BucketName": "clusterkit-000000000000-us-east-1",
+                                                      "KeyName": "clusterkit/node-scripts/*",
+                                                      "EnableWriteAccess": False}]
+    named = _config({"scripts_bucket": "team-scripts"})
+    assert named["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"].startswith("s3://team-scripts/")
 
 
 def test_pyxis_off_leaves_no_custom_actions() -> None:
     config = _config({"pyxis.enabled": False})
     assert "CustomActions" not in config["HeadNode"]
     assert "CustomActions" not in config["Scheduling"]["SlurmQueues"][0]
+    assert "S3Access" not in config["HeadNode"]["Iam"]
 
 
 def test_slurm_requeue_and_custom_settings() -> None:
@@ -98,10 +120,82 @@ def test_slurm_requeue_and_custom_settings() -> None:
         "Scheduling"]["SlurmSettings"]
     assert settings["CustomSlurmSettings"] == [{"JobRequeue": 1}, {"RequeueExit": "42"}]
     assert settings["ScaledownIdletime"] == 30
+    overridden = _config({"slurm.custom_settings": {"JobRequeue": "0"}})["Scheduling"]["SlurmSettings"]
+    assert overridden["CustomSlurmSettings"] == [{"JobRequeue": "0"}]  # the user's wins, with a warning
 
 
 def test_home_on_efs_and_openzfs() -> None:
-    efs = _config({"storage.efs": [{}]})["SharedStorage"][1]
-    assert efs == {"MountDir": "/home", "Name": "home", "StorageType": "Efs", "EfsSettings": {"Encrypted": True}}
+    efs = _config({"storage.efs": [{"throughput_mode": "provisioned", "provisioned_throughput": 128}]})[
+        "SharedStorage"][1]
+    assert efs == {"MountDir": "/home", "Name": "home", "StorageType": "Efs",
+                   "EfsSettings": {"Encrypted": True, "ThroughputMode": "provisioned", "ProvisionedThroughput": 128,
+                                   "DeletionPolicy": "Retain"}}
     zfs = _config({"storage.openzfs": [{"volume_id": "fsvol-0123456789abcdef0"}]})["SharedStorage"][1]
     assert zfs["StorageType"] == "FsxOpenZfs" and zfs["FsxOpenZfsSettings"] == {"VolumeId": "fsvol-0123456789abcdef0"}
+
+
+def test_new_storage_is_kept_on_delete_unless_the_spec_says_delete() -> None:
+    config = _config({"storage.efs": [{}], "storage.ebs": [{"name": "data", "mount_dir": "/data", "size_gib": 100}]})
+    policies = [next(v for k, v in entry.items() if k.endswith("Settings"))["DeletionPolicy"]
+                for entry in config["SharedStorage"]]
+    assert policies == ["Retain", "Retain", "Retain"]
+    deleted = _config({"storage.lustre[0].deletion_policy": "Delete"})
+    assert deleted["SharedStorage"][0]["FsxLustreSettings"]["DeletionPolicy"] == "Delete"
+
+
+def test_every_node_role_gets_ssm_and_ecr_read_only_by_default() -> None:
+    config = render_config(preset("p4de"))
+    expected = [{"Policy": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"},
+                {"Policy": "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly"}]
+    assert config["HeadNode"]["Iam"]["AdditionalIamPolicies"] == expected
+    for queue in config["Scheduling"]["SlurmQueues"]:
+        assert queue["Iam"]["AdditionalIamPolicies"] == expected
+    china = _config({"region": "cn-north-1", "queues[0].iam.additional_policies": ["AmazonS3ReadOnlyAccess"]})
+    assert china["Scheduling"]["SlurmQueues"][0]["Iam"]["AdditionalIamPolicies"] == [
+        {"Policy": "arn:aws-cn:iam::aws:policy/AmazonS3ReadOnlyAccess"}]
+    assert "AdditionalIamPolicies" not in _config({"head_node.iam.additional_policies": []})["HeadNode"]["Iam"]
+
+
+def test_training_presets_scale_down_after_an_hour_drain_on_update_and_check_gpus() -> None:
+    for name in ("p4de", "p4d", "p5", "trn1", "trn1n"):
+        settings = render_config(preset(name))["Scheduling"]["SlurmSettings"]
+        assert (settings["ScaledownIdletime"], settings["QueueUpdateStrategy"]) == (60, "DRAIN")
+    for name in ("p4de", "p4d", "p5", "g5"):
+        gpu_queue = render_config(preset(name))["Scheduling"]["SlurmQueues"][0]
+        assert gpu_queue["HealthChecks"] == {"Gpu": {"Enabled": True}}
+    cpu_queue = render_config(preset("p4de"))["Scheduling"]["SlurmQueues"][1]
+    assert "HealthChecks" not in cpu_queue
+
+
+def test_trainium_queues_install_pinned_neuron_packages_unless_a_custom_ami_brings_them() -> None:
+    queues = render_config(preset("trn1"))["Scheduling"]["SlurmQueues"]
+    first = queues[0]["CustomActions"]["OnNodeConfigured"]["Sequence"][0]
+    assert first["Script"].endswith("/neuron.sh")
+    assert first["Args"] == ["--dkms", "2.26.5.0", "--runtime", "2.30.51.0", "--collectives", "2.30.59.0",
+                             "--tools", "2.28.23.0"]
+    assert "neuron.sh" not in str(queues[1])  # the CPU queue has no Neuron devices
+    spec = preset("trn1")
+    spec.image.custom_ami = "ami-0123456789abcdef0"
+    assert "neuron.sh" not in render(spec)
+
+
+def test_multi_subnet_queues_use_the_instances_form() -> None:
+    config = _config({"queues[1].subnet_ids": [SUBNET, "subnet-0123456789abcdef1"], "storage.lustre": []})
+    assert _compute(config, queue=1)["Instances"] == [{"InstanceType": "c5.4xlarge"}]
+    assert "InstanceType" not in _compute(config, queue=1)
+    assert _compute(config)["InstanceType"] == "p4de.24xlarge"
+
+
+def test_custom_ami_login_nodes_and_per_node_settings() -> None:
+    config = _config({"image.custom_ami": "my-training-ami", "login_nodes": [{"name": "login",
+                                                                             "instance_type": "c5.2xlarge"}],
+                      "queues[0].compute[0].slurm_settings": {"Sockets": "2"},
+                      "queues[0].compute[0].capacity_reservation_resource_group_arn":
+                          "arn:aws:resource-groups:us-east-1:123456789012:group/odcr"})
+    assert config["Image"] == {"Os": "ubuntu2204", "CustomAmi": "ami-00000000000000000"}  # looked up at create
+    (pool,) = config["LoginNodes"]["Pools"]
+    assert pool["Networking"] == {"SubnetIds": [SUBNET]} and pool["Count"] == 1
+    assert _compute(config)["CustomSlurmSettings"] == {"Sockets": "2"}
+    assert _compute(config)["CapacityReservationTarget"] == {
+        "CapacityReservationResourceGroupArn": "arn:aws:resource-groups:us-east-1:123456789012:group/odcr"}
+    assert _compute(config)["Networking"] == {"PlacementGroup": {"Enabled": False}}  # reserved capacity

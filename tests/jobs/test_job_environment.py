@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from clusterkit.catalog import INSTANCE_TYPES, instance_type
-from clusterkit.jobs.environment import OFI_NCCL_LIBRARY_DIR, instance_environment, job_environment
+from clusterkit.jobs.environment import (NEURON_CC_FLAGS, OFI_NCCL_LIBRARY_DIRS, OFI_NCCL_TUNER_LIBRARY,
+                                         instance_environment, job_environment, neuron_compile_flags)
 
 from tests.jobs.helpers import make_spec
 
@@ -14,15 +15,16 @@ CURRENT_EFA = {"FI_PROVIDER": "efa", "FI_EFA_USE_HUGE_PAGE": "0", "NCCL_DEBUG": 
 
 
 @pytest.mark.parametrize("name", ["p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5en.48xlarge"])
-@pytest.mark.parametrize(("ofi_nccl", "libfabric"), [(None, None), ("1.7.0", "1.18.0"), ("1.13.2-aws", "1.22")])
+@pytest.mark.parametrize(("ofi_nccl", "libfabric"), [(None, None), ("1.7.0", "1.18.0"), ("1.17.2", "1.22")])
 def test_current_software_gets_the_minimal_set(name: str, ofi_nccl: str | None, libfabric: str | None) -> None:
     preset = instance_environment(instance_type(name), aws_ofi_nccl=ofi_nccl, libfabric=libfabric)
     assert preset.variables == CURRENT_EFA
-    assert preset.library_dirs == (OFI_NCCL_LIBRARY_DIR,)
+    assert preset.library_dirs == OFI_NCCL_LIBRARY_DIRS
 
 
 @pytest.mark.parametrize(("ofi_nccl", "libfabric", "added"), [
     ("1.6.0", None, {"FI_EFA_USE_DEVICE_RDMA": "1"}),
+    ("1.13.2-aws", "1.22", {"NCCL_TUNER_PLUGIN": "libnccl-ofi-tuner.so"}),
     ("1.6.3", "1.19", {"FI_EFA_USE_DEVICE_RDMA": "1"}),
     ("1.7.3", "1.17.1", {"FI_EFA_USE_DEVICE_RDMA": "1"}),
     ("1.5.0", None, {"FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_PROTO": "simple"}),
@@ -46,7 +48,8 @@ def test_g5_uses_cuda_memcpy_and_never_device_rdma() -> None:
 def test_trainium_gets_neuron_settings_and_no_nccl(name: str) -> None:
     preset = instance_environment(instance_type(name))
     assert preset.variables == {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1",
-                                "MALLOC_ARENA_MAX": "64"}
+                                "MALLOC_ARENA_MAX": "64", "NEURON_FUSE_SOFTMAX": "1",
+                                "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS": "3"}
     assert preset.library_dirs == ()
 
 
@@ -67,15 +70,58 @@ def test_spec_env_overrides_presets() -> None:
     environment = job_environment(make_spec(instance="p4de", env={"NCCL_DEBUG": "WARN", "MINE": "1"}))
     assert environment.variables["NCCL_DEBUG"] == "WARN"
     assert environment.variables["MINE"] == "1"
-    assert environment.library_dirs == (OFI_NCCL_LIBRARY_DIR,)
+    assert environment.library_dirs == OFI_NCCL_LIBRARY_DIRS
     own_path = job_environment(make_spec(instance="p4de", env={"LD_LIBRARY_PATH": "/opt/mine/lib"}))
     assert own_path.library_dirs == ()
 
 
 def test_neuron_launcher_points_the_compiler_at_the_cache() -> None:
     spec = make_spec(instance="trn1", launcher={"type": "neuron", "compile_cache": "/fsx/cache"})
-    assert job_environment(spec).variables["NEURON_CC_FLAGS"] == "--cache_dir=/fsx/cache"
+    assert job_environment(spec).variables["NEURON_CC_FLAGS"] == f"{NEURON_CC_FLAGS} --cache_dir=/fsx/cache"
     assert "NEURON_CC_FLAGS" not in job_environment(make_spec(instance="trn1")).variables
+
+
+@pytest.mark.parametrize(("user_flags", "expected"), [
+    ("--model-type=cnn-training", "--model-type=cnn-training --cache_dir=/fsx/cache"),  # the cache stays
+    ("-O1 --cache_dir=/mine", "-O1 --cache_dir=/mine"),  # the user's own cache wins
+    ("--cache_dir /mine", "--cache_dir /mine"),
+    ("", "--cache_dir=/fsx/cache"),
+])
+def test_a_users_neuron_cc_flags_keep_the_shared_cache(user_flags: str, expected: str) -> None:
+    assert neuron_compile_flags("/fsx/cache", user_flags) == expected
+    spec = make_spec(instance="trn1", launcher={"type": "neuron", "compile_cache": "/fsx/cache"},
+                     env={"NEURON_CC_FLAGS": user_flags})
+    assert job_environment(spec).variables["NEURON_CC_FLAGS"] == expected
+
+
+@pytest.mark.parametrize(("ofi_nccl", "nccl", "tuner"), [
+    ("1.7.4", None, False),      # no tuner in the plugin yet
+    ("1.8.0", None, True),       # its own library: NCCL >= 2.19 loads it only when named
+    ("1.13.2", "2.21.5", True),
+    ("1.15.0", "2.27.7", True),
+    ("1.13.2", "2.18.5", False),  # no tuner interface in NCCL
+    ("1.16.3", "2.20.5", True),   # in the net plugin, but NCCL 2.19-2.20 still need the name
+    ("1.16.3", "2.21.5", False),  # NCCL >= 2.21 finds it in the net plugin
+    (None, None, False),          # current versions
+    (None, "2.19.3", True),
+])
+def test_the_aws_tuner_is_named_where_nccl_would_not_load_it(ofi_nccl, nccl, tuner) -> None:
+    preset = instance_environment(instance_type("p5.48xlarge"), aws_ofi_nccl=ofi_nccl, nccl=nccl)
+    assert (preset.variables.get("NCCL_TUNER_PLUGIN") == OFI_NCCL_TUNER_LIBRARY) is tuner
+
+
+def test_a_users_nccl_proto_keeps_the_tuner_off() -> None:
+    spec = make_spec(instance="p5", stack={"aws_ofi_nccl": "1.13.2"}, env={"NCCL_PROTO": "simple"})
+    assert "NCCL_TUNER_PLUGIN" not in job_environment(spec).variables
+
+
+@pytest.mark.parametrize(("installer", "nccl", "expected"), [
+    ("1.28.0", "2.19.3", True), ("1.29.0", None, True), ("1.29.1", "2.19.3", False),
+    ("1.28.0", "2.18.5", False), (None, "2.19.3", False),
+])
+def test_cuda_sync_memops_off_with_an_old_installer_and_new_nccl(installer, nccl, expected) -> None:
+    preset = instance_environment(instance_type("p4de.24xlarge"), efa_installer=installer, nccl=nccl)
+    assert (preset.variables.get("FI_EFA_SET_CUDA_SYNC_MEMOPS") == "0") is expected
 
 
 def test_run_identity_variables() -> None:

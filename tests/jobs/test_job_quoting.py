@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from clusterkit.errors import ClusterkitError
-from clusterkit.jobs.render import render_sbatch
+from clusterkit.jobs.render import render_sbatch, rendezvous_port
 from clusterkit.jobs.spec import LAUNCHERS, RUNTIMES
 
 from tests.fakes import FakeSlurm
@@ -37,9 +38,9 @@ def nasty_spec(marker: Path, runtime: str, launcher: str, **fields: object):
     values = nasty_values(marker)
     container = {"runtime": runtime}
     if runtime != "none":
-        container["image"] = "registry.example.com/train:1"
+        container.update(image="registry.example.com/train:1", mounts=["/fsx"])
     return make_spec(
-        name=f"job $(touch {marker}) `touch {marker}`; 'q' \"d\" #x",
+        name=f"job $(touch {marker.name}) `touch {marker.name}`; 'q' \"d\" #x",  # the script runs beside the marker
         instance="trn1" if launcher == "neuron" else "local",
         launcher=launcher,
         container=container,
@@ -95,13 +96,14 @@ def split_sbatch_line(text: str) -> list[str]:
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_values_reach_the_program_byte_for_byte(fake_slurm: FakeSlurm, runtime: str, launcher: str) -> None:
     marker = fake_slurm.root / "pwned"
+    fake_slurm.link("touch", shutil.which("touch") or "/usr/bin/touch")  # what a value would run
     spec = nasty_spec(marker, runtime, launcher)
-    result = fake_slurm.run(render_sbatch(spec))
+    result = fake_slurm.run(render_sbatch(spec), extra_env={"SLURM_RESTART_COUNT": "0"})  # a first start
     assert result.returncode == 0, result.stderr
     assert not marker.exists(), "a value was executed by the shell"
 
     if runtime in CONTAINER_PROGRAM:
-        calls = fake_slurm.calls(CONTAINER_PROGRAM[runtime])
+        calls = [call for call in fake_slurm.calls(CONTAINER_PROGRAM[runtime]) if call.argv[0] in ("run", "exec")]
     else:
         calls = fake_slurm.calls(LAUNCHER_PROGRAM[launcher]) + fake_slurm.calls("neuron_parallel_compile")
     assert len(calls) == (2 if launcher == "neuron" else 1)  # neuron: compile pass, then training
@@ -139,10 +141,10 @@ def test_rendezvous_host_comes_from_the_steps_node_list(fake_slurm: FakeSlurm) -
     result = fake_slurm.run(render_sbatch(spec), nodelist="node-[3-4]", step_nodelist="node-[7-8]")
     assert result.returncode == 0, result.stderr
     (torchrun,) = fake_slurm.calls("torchrun")
-    assert "--rdzv_endpoint=node-7:29500" in torchrun.argv
+    port = rendezvous_port(42)  # job 42 of a cluster without a name
     assert torchrun.argv[:5] == ["--nnodes=2", "--nproc_per_node=1", "--rdzv_id=42", "--rdzv_backend=c10d",
-                                 "--rdzv_endpoint=node-7:29500"]
-    (scontrol,) = fake_slurm.calls("scontrol")
+                                 f"--rdzv_endpoint=node-7:{port}"]
+    (scontrol,) = [call for call in fake_slurm.calls("scontrol") if call.argv[:2] == ["show", "hostnames"]]
     assert scontrol.argv == ["show", "hostnames", "node-[7-8]"]
     (srun,) = fake_slurm.calls("srun")
     assert "--ntasks-per-node=1" in srun.argv
@@ -165,7 +167,7 @@ def test_rendezvous_host_without_scontrol(fake_slurm: FakeSlurm, nodelist: str, 
     result = fake_slurm.run(render_sbatch(spec), nodelist=nodelist)
     assert result.returncode == 0, result.stderr
     (torchrun,) = fake_slurm.calls("torchrun")
-    assert f"--rdzv_endpoint={first}:29500" in torchrun.argv
+    assert f"--rdzv_endpoint={first}:{rendezvous_port(42)}" in torchrun.argv
 
 
 def test_hyperpod_auto_resume_is_decided_on_the_node(fake_slurm: FakeSlurm) -> None:
@@ -194,7 +196,7 @@ def test_a_failing_step_fails_the_job(fake_slurm: FakeSlurm) -> None:
 def test_neuron_compile_pass_runs_first_and_can_be_skipped(fake_slurm: FakeSlurm) -> None:
     spec = make_spec(instance="trn1", launcher={"type": "neuron", "compile_args": ["--max_steps", "10"]})
     script = render_sbatch(spec)
-    assert fake_slurm.run(script).returncode == 0
+    assert fake_slurm.run(script, extra_env={"SLURM_RESTART_COUNT": "0"}).returncode == 0
     (compile_call,), (training,) = fake_slurm.calls("neuron_parallel_compile"), fake_slurm.calls("torchrun")
     assert compile_call.argv[0] == "torchrun"
     assert "--nproc_per_node=32" in compile_call.argv and "--nproc_per_node=32" in training.argv
@@ -204,3 +206,27 @@ def test_neuron_compile_pass_runs_first_and_can_be_skipped(fake_slurm: FakeSlurm
 
     skipped = make_spec(instance="trn1", launcher={"type": "neuron", "compile": False})
     assert "neuron_parallel_compile" not in render_sbatch(skipped)
+
+
+@pytest.mark.parametrize("cluster", ["", "other", "third", "pytest", "ml_p5_prod"])
+def test_the_rendezvous_port_comes_from_the_job_and_its_cluster(fake_slurm: FakeSlurm, cluster: str) -> None:
+    # Jobs of two local clusters can both be job 3 on 127.0.0.1: the cluster's name tells their ports apart.
+    result = fake_slurm.run(render_sbatch(make_spec(nodes=2)), nodelist="localhost",
+                            extra_env={"SLURM_JOB_ID": "3", "SLURM_CLUSTER_NAME": cluster})
+    assert result.returncode == 0, result.stderr
+    (torchrun,) = fake_slurm.calls("torchrun")
+    assert f"--rdzv_endpoint=localhost:{rendezvous_port(3, cluster)}" in torchrun.argv
+    assert 20000 <= rendezvous_port(3, cluster) < 32000
+
+
+def test_ports_of_the_same_job_id_on_two_clusters_differ() -> None:
+    assert len({rendezvous_port(3, name) for name in ("other", "third", "pytest", "dev")}) == 4
+    assert rendezvous_port(41, "dev") != rendezvous_port(42, "dev")
+
+
+def test_a_fixed_port_is_kept(fake_slurm: FakeSlurm) -> None:
+    result = fake_slurm.run(render_sbatch(make_spec(nodes=2, launcher={"type": "torchrun", "port": 29400})),
+                            nodelist="localhost")
+    assert result.returncode == 0, result.stderr
+    (torchrun,) = fake_slurm.calls("torchrun")
+    assert "--rdzv_endpoint=localhost:29400" in torchrun.argv

@@ -86,20 +86,49 @@ def test_run_identity_is_exported_only_when_set() -> None:
         assert line in script.splitlines()
 
 
+@pytest.mark.parametrize(("layout", "found"), [
+    ("amazon/ofi-nccl/lib/x86_64-linux-gnu", "amazon/ofi-nccl/lib/x86_64-linux-gnu"),  # EFA installer, Debian-style
+    ("amazon/ofi-nccl/lib", "amazon/ofi-nccl/lib"),  # EFA installer, RPM-style
+    ("aws-ofi-nccl/lib", "aws-ofi-nccl/lib"),  # built from source
+    ("nothing", None),
+])
+def test_the_plugin_directory_is_found_on_the_node(fake_slurm, layout: str, found: str | None) -> None:
+    opt = fake_slurm.root / "opt"
+    (opt / layout).mkdir(parents=True)
+    script = render_sbatch(make_spec(instance="p4de", launcher="srun", command=["env"])).replace("/opt/", f"{opt}/")
+    fake_slurm.link("env", "/usr/bin/env")
+    result = fake_slurm.run(script, extra_env={"LD_LIBRARY_PATH": "/usr/lib/mine", "HOSTTYPE": "x86_64"})
+    assert result.returncode == 0, result.stderr
+    expected = f"{opt}/{found}:/usr/lib/mine" if found else "/usr/lib/mine"
+    assert f"LD_LIBRARY_PATH={expected}\n" in result.stdout
+
+
 def test_library_path_only_on_bare_hosts() -> None:
-    line = 'export LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'
-    assert line in render_sbatch(make_spec(instance="p4de")).splitlines()
+    assert "LD_LIBRARY_PATH" in render_sbatch(make_spec(instance="p4de"))
     in_container = make_spec(instance="p4de", container={"runtime": "pyxis", "image": "/fsx/a.sqsh"})
     assert "LD_LIBRARY_PATH" not in render_sbatch(in_container)
 
 
-def test_docker_gets_devices_and_environment_names() -> None:
+def test_docker_gets_the_nodes_devices_and_environment_names(fake_slurm) -> None:
     script = render_sbatch(make_spec(instance="trn1", launcher="neuron", env={"MY_VAR": "x"},
-                                     container={"runtime": "docker", "image": "example.com/neuron:1"}))
-    assert script.count("--device /dev/infiniband/uverbs") == 2 * 8  # 8 EFA interfaces, two steps
-    assert script.count("--device /dev/neuron") == 2 * 16
+                                     container={"runtime": "docker", "image": "example.com/neuron:1",
+                                                "mounts": ["/fsx"]}))
     assert "--env MY_VAR" in script and "--env NEURON_CC_FLAGS" in script
     assert "--gpus all" not in script
+    # Devices are those the node has, not the catalog's count.
+    dev = fake_slurm.root / "dev"
+    for device in ("infiniband/uverbs0", "infiniband/uverbs1", "neuron0"):
+        (dev / device).parent.mkdir(parents=True, exist_ok=True)
+        (dev / device).touch()
+    script = script.replace("/dev/infiniband", f"{dev}/infiniband").replace("/dev/neuron", f"{dev}/neuron")
+    result = fake_slurm.run(script,
+                            extra_env={"SLURM_RESTART_COUNT": "0"})
+    assert result.returncode == 0, result.stderr
+    runs = [call.argv for call in fake_slurm.calls("docker") if call.argv[0] == "run"]
+    assert len(runs) == 2  # compile pass and training
+    for argv in runs:
+        devices = [argv[i + 1] for i, word in enumerate(argv) if word == "--device"]
+        assert devices == [f"{dev}/infiniband/uverbs0", f"{dev}/infiniband/uverbs1", f"{dev}/neuron0"]
 
 
 def test_a_spec_with_errors_is_not_rendered() -> None:
@@ -140,3 +169,35 @@ def unused_tcp_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_a_docker_container_runs_as_the_user_who_runs_the_job() -> None:
+    """The task's own uid and gid go to `docker run --user` (run here as nobody, through the fake Slurm)."""
+    import os
+    import shutil
+    import tempfile
+
+    from tests.fakes import make_fake_slurm
+
+    setpriv = shutil.which("setpriv")
+    if os.getuid() != 0 or not setpriv:
+        pytest.skip("needs root and setpriv to run the script as another user")
+    root = Path(tempfile.mkdtemp(prefix="ck-uid-"))
+    try:
+        root.chmod(0o777)
+        fake = make_fake_slurm(root)
+        for path in (fake.bin, fake.log):
+            path.chmod(0o777)
+        script = root / "job.sbatch"
+        script.write_text(render_sbatch(make_spec(container={"runtime": "docker", "image": "example.com/x:1"},
+                                                  launcher="srun", command=["prog"])))
+        env = {"PATH": str(fake.bin), "CK_SHIM_LOG": str(fake.log), "SLURM_JOB_ID": "42",
+               "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "localhost", "HOME": str(root)}
+        result = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/bash",
+                                 str(script)], env=env, cwd=root, capture_output=True, text=True, timeout=30)
+        assert result.returncode == 0, result.stderr
+        (run,) = [call.argv for call in fake.calls("docker") if call.argv[0] == "run"]
+        assert run[run.index("--user") + 1] == "65534:65534"
+        assert "--init" in run and run[run.index("--name") + 1] == "clusterkit-slurm-42-0-0"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

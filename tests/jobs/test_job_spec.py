@@ -30,7 +30,7 @@ def test_defaults() -> None:
     spec = job_from_dict({"name": "j", "command": ["train.py"]})
     assert spec.requeue is True and spec.exclusive is False and spec.nodes == 1
     assert spec.logs.output == "logs/%x_%j.out" and spec.logs.error is None
-    assert spec.launcher.kind == "torchrun" and spec.launcher.port == 29500
+    assert spec.launcher.kind == "torchrun" and spec.launcher.port is None  # derived from the job
     assert spec.container.runtime == "none" and spec.instance is None and spec.processes == 1
     assert validate_job(spec) == []
 
@@ -148,7 +148,7 @@ def test_not_a_mapping_and_bad_yaml(tmp_path: Path) -> None:
     ({"time": 0}, "time", Level.ERROR),
     ({"stack": {"aws_ofi_nccl": "1.7\ntouch pwned\n#"}}, "stack.aws_ofi_nccl", Level.ERROR),
     ({"name": "two\nlines"}, "name", Level.ERROR),
-    ({"name": "a/b"}, "name", Level.WARNING),
+    ({"name": "a/b"}, "name", Level.ERROR),  # with %x in the log path: the log would leave its directory
     ({"time": "4 hours"}, "time", Level.ERROR),
     ({"signal": "USR1 at 120"}, "signal", Level.ERROR),
     ({"partition": "gpu queue"}, "partition", Level.ERROR),
@@ -182,12 +182,96 @@ def test_not_a_mapping_and_bad_yaml(tmp_path: Path) -> None:
     ({"sbatch": ["--time=10"]}, "sbatch[0]", Level.ERROR),
     ({"sbatch": ["account=ml"]}, "sbatch[0]", Level.ERROR),
     ({"sbatch": ["--comment=a\nb"]}, "sbatch[0]", Level.ERROR),
+    # one-line fields: no line break of any kind
+    ({"partition": "gpu\r"}, "partition", Level.ERROR),
+    ({"workdir": "/fsx/a\u2028b"}, "workdir", Level.ERROR),
+    ({"checkpoint_dir": "/fsx/a\u2029b"}, "checkpoint_dir", Level.ERROR),
+    ({"logs": {"output": "logs/%j\x85.out"}}, "logs.output", Level.ERROR),
+    ({"command": {"script": "train\n.py"}}, "command.script", Level.ERROR),
+    ({"supervise": {"python": "python3\nid"}}, "supervise.python", Level.ERROR),
+    ({"supervise": {"max_preemptions": -1}}, "supervise.max_preemptions", Level.ERROR),
+    ({"supervise": {"max_time_limit_requeues": -5}}, "supervise.max_time_limit_requeues", Level.ERROR),
+    ({"container": {"runtime": "pyxis", "image": "/fsx/i.sqsh", "workdir": "/fsx/\tw"}}, "container.workdir",
+     Level.ERROR),
+    ({"stack": {"nccl": "2.19\n"}}, "stack.nccl", Level.ERROR),
+    ({"stack": {"efa_installer": "1.29.1;id"}}, "stack.efa_installer", Level.ERROR),
+    ({"stack": {"neuron": "two"}}, "stack.neuron", Level.ERROR),
+    # what Slurm or the kernel would refuse on the node
+    ({"name": "n" * 256}, "name", Level.ERROR),
+    ({"name": ".."}, "name", Level.ERROR),
+    ({"logs": {"output": "logs\\%j.out"}}, "logs.output", Level.ERROR),
+    ({"checkpoint_dir": "/fsx/" + "c" * 300}, "checkpoint_dir", Level.ERROR),
+    ({"env": {"PATH": ""}}, "env.PATH", Level.ERROR),
+    ({"env": {"PATH": "::"}}, "env.PATH", Level.ERROR),
+    ({"env": {"IFS": "x"}}, "env.IFS", Level.ERROR),
+    ({"env": {"BASH_ENV": "/tmp/x"}}, "env.BASH_ENV", Level.ERROR),
+    ({"env": {"BIG": "v" * 131072}}, "env.BIG", Level.ERROR),
+    ({"command": {"script": "t.py", "args": ["a" * 70_000, "b" * 70_000]}}, "command.args", Level.ERROR),
+    # time-limit warnings the batch shell can act on
+    ({"signal": "TERM@60"}, "signal", Level.ERROR),
+    ({"signal": "KILL"}, "signal", Level.ERROR),
+    ({"signal": "USR2@60", "supervise": True}, "signal", Level.ERROR),
+    ({"signal": "USR1@120", "time": "2"}, "signal", Level.ERROR),
+    ({"signal": "USR1@60", "requeue": False}, "signal", Level.WARNING),
+    # shared storage inside a container needs a mount
+    ({"container": {"runtime": "pyxis", "image": "/fsx/i.sqsh"}, "workdir": "/fsx/w"}, "workdir", Level.ERROR),
+    ({"container": {"runtime": "docker", "image": "x:1"}, "checkpoint_dir": "/fsx/c"}, "checkpoint_dir", Level.ERROR),
+    ({"container": {"runtime": "docker", "image": "x:1"}, "checkpoint_dir": "/data/c"}, "checkpoint_dir",
+     Level.ERROR),
+    ({"container": {"runtime": "apptainer", "image": "x.sif", "workdir": "/opt/app"}, "checkpoint_dir": "ckpt"},
+     "checkpoint_dir", Level.ERROR),
+    ({"container": {"runtime": "docker", "image": "x:1"}, "command": ["/fsx/train/run.py"]}, "command.script",
+     Level.ERROR),
+    ({"instance": "trn1", "launcher": "neuron", "container": {"runtime": "docker", "image": "x:1"}},
+     "launcher.compile_cache", Level.ERROR),
+    # versions the EFA cheat-sheet and aws-ofi-nccl's sources rule on
+    ({"instance": "p5", "stack": {"aws_ofi_nccl": "1.7.1"}}, "stack.aws_ofi_nccl", Level.ERROR),
+    ({"instance": "p5", "stack": {"aws_ofi_nccl": "1.7.2-aws"}}, "stack.aws_ofi_nccl", Level.WARNING),
+    ({"instance": "p5", "stack": {"nccl": "2.17.1"}}, "stack.nccl", Level.ERROR),
+    ({"instance": "p5", "stack": {"nccl": "2.18.3"}}, "stack.nccl", Level.WARNING),
+    ({"instance": "p5", "stack": {"aws_ofi_nccl": "1.16.2"}, "env": {"NCCL_PROTO": "simple"}}, "env.NCCL_PROTO",
+     Level.ERROR),
+    ({"instance": "p4de", "stack": {"aws_ofi_nccl": "1.13.2"}, "env": {"NCCL_ALGO": "ring"}}, "env.NCCL_ALGO",
+     Level.WARNING),
+    ({"instance": "p4de", "env": {"NCCL_PROTO": "simple"}}, "env.NCCL_PROTO", Level.WARNING),
+    ({"instance": "trn1", "env": {"XLA_DOWNCAST_BF16": "1"}}, "env.XLA_DOWNCAST_BF16", Level.WARNING),
+    ({"instance": "trn1", "stack": {"neuron": "2.23"}, "env": {"XLA_USE_BF16": "1"}}, "env.XLA_USE_BF16",
+     Level.WARNING),
+    ({"launcher": {"type": "mpi", "cpu_bind": "none; id"}}, "launcher.cpu_bind", Level.ERROR),
+    ({"launcher": {"type": "torchrun", "port": 80}}, "launcher.port", Level.ERROR),
 ])
 def test_validation_findings(fields: dict, path: str, level: Level) -> None:
     findings = validate_job(make_spec(**fields))
     matching = [f for f in findings if f.path == path and f.level is level]
     assert matching, [str(f) for f in findings]
     assert all(f.fix and f.rule.startswith("job.") for f in findings)
+
+
+@pytest.mark.parametrize("fields", [
+    {"signal": "USR1@120"}, {"signal": "B:USR1"}, {"signal": "R:SIGUSR2@30"}, {"signal": "10@90"},
+    {"instance": "p5", "stack": {"aws_ofi_nccl": "1.7.3", "nccl": "2.18.5"}},
+    {"instance": "trn1", "launcher": "neuron", "stack": {"neuron": "2.22"}, "env": {"XLA_USE_BF16": "1"}},
+    {"instance": "p4de", "stack": {"aws_ofi_nccl": "1.6.0"}, "env": {"NCCL_PROTO": "simple"}},
+    {"container": {"runtime": "pyxis", "image": "/fsx/i.sqsh", "mounts": ["/fsx"]}, "workdir": "/fsx/w",
+     "checkpoint_dir": "ckpt"},
+    {"container": {"runtime": "apptainer", "image": "/fsx/i.sif"}, "workdir": "/home/me/w"},  # apptainer binds home
+    {"container": {"runtime": "docker", "image": "x:1"}, "workdir": "/workspace", "command": ["/opt/app/run"]},
+    {"env": {"PATH": "/opt/venv/bin:/usr/bin"}},
+])
+def test_what_is_fine_stays_fine(fields: dict) -> None:
+    assert [str(f) for f in validate_job(make_spec(**fields)) if f.level is not Level.INFO
+            and f.path not in ("exclusive", "checkpoint_dir")] == []
+
+
+@pytest.mark.parametrize(("value", "directive"), [
+    ("USR1@120", "B:USR1@120"), ("B:USR1@120", "B:USR1@120"), ("SIGUSR2@30", "B:USR2@30"),
+    ("R:USR1@300", "RB:USR1@300"), ("USR1", "B:USR1@60"), ("12@90", "B:USR2@90"),
+])
+def test_the_warning_always_goes_to_the_batch_shell(value: str, directive: str) -> None:
+    from clusterkit.jobs.spec import parse_warning
+
+    assert parse_warning(value).directive == directive
+    assert f"#SBATCH --signal={directive}" in render_sbatch(make_spec(signal=value, time="60"))
 
 
 def test_a_misspelled_choice_gets_a_suggestion() -> None:

@@ -6,12 +6,14 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from clusterkit import registry
 from clusterkit.errors import AlreadyExists
+from clusterkit.pids import pid_alive
 from clusterkit.providers.local import processes
 from clusterkit.providers.local.cluster import LocalCluster
 
@@ -111,14 +113,150 @@ def test_delete_cluster_leaves_no_process_and_no_listening_port(local_cluster):
     assert result.returncode == 0, result.stderr
     cluster = LocalCluster.get("short-lived")
     pids, ports = list(cluster.pids.values()), cluster.config.ports
-    assert all(processes.pid_alive(pid) for pid in pids)
+    assert all(pid_alive(pid) for pid in pids)
     assert processes.port_listening(cluster.config.slurmctld_port)
 
     result = clusterkit("delete-cluster", "short-lived")
     assert result.returncode == 0, result.stderr
-    assert not any(processes.pid_alive(pid) for pid in pids)
+    assert not any(pid_alive(pid) for pid in pids)
     assert not any(processes.port_listening(port) for port in ports)
     assert not registry.exists("short-lived")
     assert not cluster.layout.root.exists()
     # The shared cluster was not touched.
     assert local_cluster.describe().status == "running"
+
+
+def test_eight_concurrent_creates_of_one_name_make_exactly_one_cluster():
+    name = "contested"
+    creates = [subprocess.Popen([sys.executable, "-m", "clusterkit", "create-cluster", "--provider", "local",
+                                 "--name", name, "--nodes", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True) for _ in range(8)]
+    results = [(create.wait(timeout=120), create.stderr.read()) for create in creates]
+    try:
+        winners = [err for code, err in results if code == 0]
+        losers = [err.strip() for code, err in results if code != 0]
+        assert len(winners) == 1, results
+        for error in losers:
+            assert len(error.splitlines()) == 1 and error.startswith("error: "), error
+            assert f"cluster {name!r} is being created right now" in error or "already exists" in error
+        assert LocalCluster.get(name).describe().status == "running"
+    finally:
+        assert clusterkit("delete-cluster", name).returncode == 0
+    assert not registry.exists(name) and not registry.cluster_dir(name).exists()
+
+
+@pytest.fixture
+def own_cluster():
+    """A small cluster of this test's own, for tests that stop its daemons."""
+    cluster = LocalCluster.create("own", nodes=2)
+    try:
+        yield cluster
+    finally:
+        pids = [pid for pid in cluster.pids.values()]
+        LocalCluster.get("own").delete()
+        assert not [pid for pid in pids if pid_alive(pid)]
+
+
+def test_watch_rides_through_a_controller_restart(own_cluster, job_dir):
+    spec = job_dir / "sleeper.yaml"
+    spec.write_text("name: sleeper\nlauncher: srun\ncommand: [bash, -c, 'sleep 30; echo slept']\n"
+                    "logs: {output: sleeper_%j.out}\n")
+    submitted = subprocess.run([sys.executable, "-m", "clusterkit", "submit", str(spec), "--cluster", "own",
+                                "-o", "json"], capture_output=True, text=True, cwd=job_dir)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = json.loads(submitted.stdout)["job_id"]
+    wait_for(lambda: own_cluster.slurm().queue().get(job_id) == "RUNNING", 30, "the job to run")
+    # A controller that dies before it saved the running job forgets it ran (Slurm's own limit):
+    # crash it once its state file is newer than the job's start.
+    running_since = time.time()
+    job_state = own_cluster.layout.state / "job_state"
+    wait_for(lambda: job_state.exists() and job_state.stat().st_mtime > running_since, 30, "slurmctld to save state")
+    watcher = subprocess.Popen([sys.executable, "-m", "clusterkit", "watch", job_id, "--resubmit", "--cluster",
+                                "own", "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    controller = own_cluster._ours("slurmctld")
+    processes.kill_all([controller])  # the controller dies: nothing restarts it by itself
+    wait_for(lambda: not pid_alive(controller), 10, "slurmctld to die")
+    assert LocalCluster.get("own").describe().status == "stopped"
+    restarted = clusterkit("local", "restart-controller", "own", "-o", "json")
+    assert restarted.returncode == 0, restarted.stderr
+    assert json.loads(restarted.stdout)["pid"] != controller
+    out, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, err
+    assert json.loads(out)["state"] == "COMPLETED" and json.loads(out)["resubmissions"] == 0
+    assert LocalCluster.get("own").describe().status == "running"
+
+
+def test_a_daemon_restarted_by_hand_is_still_seen_and_stopped_by_delete(own_cluster):
+    old = own_cluster._ours("slurmctld")
+    processes.stop_pids([old])
+    by_hand = processes.spawn(["slurmctld", "-D", "-i", "-f", str(own_cluster.layout.slurm_conf)],
+                              own_cluster.layout.log / "by-hand.stdout")
+    wait_for(lambda: processes.port_listening(own_cluster.config.slurmctld_port), 30, "slurmctld by hand")
+    again = LocalCluster.get("own")
+    assert again.describe().status == "running" and again._ours("slurmctld") == by_hand
+    again.delete()
+    assert not pid_alive(by_hand)
+    LocalCluster.create("own", nodes=1)  # for the fixture to delete
+
+
+def test_a_file_system_mounted_after_create_reaches_the_nodes(local_cluster, tmp_path):
+    mount_point = tmp_path / "late"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], check=True)
+    try:
+        out = tmp_path / "out.txt"
+        job_id = local_cluster.slurm().sbatch(
+            f"#!/bin/bash\n#SBATCH --nodes=1 --output={out}\necho \"from $SLURMD_NODENAME\" > {mount_point}/hello\n")
+        wait_for(lambda: any(s == "COMPLETED" for s, _ in sacct_states(local_cluster, job_id)), 30, "the job")
+        assert (mount_point / "hello").read_text().startswith("from n")  # the host reads what the node wrote
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_logs_of_a_job_named_with_a_line_separator(local_cluster, tmp_path):
+    job_id = local_cluster.slurm().sbatch(f"#!/bin/bash\n#SBATCH --output={tmp_path}/%x_%j.out\necho printed\n",
+                                        "--job-name=odd\u2028name")
+    wait_for(lambda: any(s == "COMPLETED" for s, _ in sacct_states(local_cluster, job_id)), 30, "the job")
+    logs = clusterkit("logs", job_id, "--cluster", local_cluster.name)
+    assert logs.returncode == 0 and logs.stdout.strip() == "printed", logs.stderr
+
+
+def test_logs_of_a_log_path_with_a_backslash(local_cluster, tmp_path):
+    # clusterkit's own job specs refuse such a path; a job submitted with plain sbatch may have one.
+    script = tmp_path / "odd.sh"
+    script.write_text("#!/bin/bash\necho printed\n")
+    job_id = local_cluster.slurm().sbatch(script, "--output=lit\\eral_%j.out", f"--chdir={tmp_path}")
+    # Slurm's rule: a backslash makes the pattern literal (no %j) and is dropped.
+    log = tmp_path / "literal_%j.out"
+    wait_for(lambda: log.exists() and log.read_text().strip() == "printed", 60, "the job's log")
+    # scontrol reports the pattern expanded (lit\eral_ID.out), so the literal name cannot be known: say so.
+    logs = clusterkit("logs", job_id, "--cluster", local_cluster.name)
+    assert logs.returncode == 1 and "without the backslashes and with %j" in logs.stderr, logs.stderr
+
+
+def test_status_shows_both_attempts_after_two_nodes_crash_at_once(local_cluster, tmp_path):
+    import threading
+
+    from clusterkit.jobs.spec import job_from_dict
+    from clusterkit.jobs.submit import submit_job
+
+    spec = job_from_dict({"name": "twin-crash", "nodes": 2, "launcher": "srun", "logs": {"output": "twin_%j.out"},
+                          "command": ["bash", "-c", 'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then sleep 300; fi']})
+    handle = submit_job(spec, local_cluster.name, workdir=tmp_path)
+    wait_for(lambda: handle.state == "RUNNING", 30, "the job to run")
+    nodes = local_cluster.slurm().hostnames(local_cluster.slurm().job_details(handle.job_id)["NodeList"])
+    crashes = [threading.Thread(target=local_cluster.crash_node, args=(node,)) for node in nodes]
+    for crash in crashes:
+        crash.start()
+    for crash in crashes:
+        crash.join()
+    try:
+        assert handle.wait(timeout=120, poll=0.5) == "COMPLETED"
+    finally:
+        for node in nodes:
+            local_cluster.start_node(node)
+    status = json.loads(clusterkit("status", handle.job_id, "--cluster", local_cluster.name, "-o", "json").stdout)
+    # Accounting keeps one record for both attempts here (seen with Slurm 22.05); the controller's
+    # restart count still shows the first.
+    assert [(a["attempt"], a["classification"]) for a in status["attempts"]] == [
+        (0, "requeued (not in accounting)"), (1, "completed")], status

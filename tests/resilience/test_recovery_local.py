@@ -6,20 +6,20 @@ Each test submits examples/train_resilient.py under clusterkit's supervisor and 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from clusterkit import runtime
 from clusterkit.jobs.spec import job_from_dict
 from clusterkit.jobs.submit import submit_job
 from clusterkit.providers.local import processes
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
-STEPS = 40
+from tests.conftest import RESILIENT_STEPS as STEPS
 
 
 def training_spec(fault: str = "", hang_timeout: int = 0, app_retries: int = 1, max_restarts: int = 3) -> dict:
@@ -39,19 +39,8 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture(scope="module")
-def uninterrupted_digest(tmp_path_factory) -> str:
-    """The final weights of a run that never stopped: same world size (2), no Slurm."""
-    run = tmp_path_factory.mktemp("uninterrupted")
-    env = dict(os.environ, TRAIN_STEPS=str(STEPS), STEP_SECONDS="0", CLUSTERKIT_CHECKPOINT_DIR=str(run))
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                    str(REPO / "examples/train_resilient.py")], env=env, check=True, capture_output=True)
-    return (run / "final_weights.sha256").read_text().strip()
-
-
 def decisions(workdir: Path) -> list[dict]:
-    path = workdir / "run/.clusterkit/decisions.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return runtime.read_decisions(workdir / "run/.clusterkit/decisions.jsonl")
 
 
 def wait_for_log(handle, text: str, timeout: float = 60) -> None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from clusterkit import runtime
 from clusterkit.resilience import supervisor as supervisor_module
-from clusterkit.resilience.supervisor import BudgetState, Supervisor
+from clusterkit.resilience.run_state import Budget, RunState
+from clusterkit.resilience.supervisor import Supervisor
 
 from tests.fakes import ScriptedSlurm
 
@@ -27,8 +28,11 @@ def supervise(tmp_path: Path, step: str, slurm: ScriptedSlurm, **settings: objec
     options.update(settings)
     supervisor = Supervisor([sys.executable, "-c", step], tmp_path / "state", slurm=slurm, **options)
     code = supervisor.run()
-    log = tmp_path / "state" / "decisions.jsonl"
-    return code, [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return code, runtime.read_decisions(tmp_path / "state" / "decisions.jsonl")
+
+
+def budget_of(tmp_path: Path) -> Budget:
+    return RunState(tmp_path / "state").load()
 
 
 def test_an_application_error_is_retried_then_stopped_without_requeue(tmp_path):
@@ -48,12 +52,20 @@ def test_a_sick_node_is_drained_with_its_evidence_and_the_job_requeued(tmp_path)
     assert slurm.requeued == ["42"]
 
 
-def test_a_sick_node_found_before_the_step_never_runs_it(tmp_path):
+def test_a_sick_node_found_beside_the_step_stops_it(tmp_path):
     slurm = ScriptedSlurm(sick={"n1": "EFA 2 of 4"}, queued={"42": "RUNNING"})
-    marker = tmp_path / "ran"
-    code, made = supervise(tmp_path, f"open({str(marker)!r}, 'w')", slurm, precheck=True)
-    assert made[0]["decision"] == "node_failure" and "before the step" in made[0]["evidence"]
-    assert not marker.exists() and slurm.requeued == ["42"]
+    marker = tmp_path / "finished"
+    step = f"import time; time.sleep(30); open({str(marker)!r}, 'w')"
+    code, made = supervise(tmp_path, step, slurm, precheck=True)
+    assert made[0]["decision"] == "node_failure" and "the check beside the step" in made[0]["evidence"]
+    assert "EFA 2 of 4" in made[0]["evidence"] and made[0]["nodes"] == ["n1"]
+    assert not marker.exists() and slurm.requeued == ["42"] and slurm.drained == [("n1", "clusterkit: "
+                                                                                       "injected-fault: EFA 2 of 4")]
+
+
+def test_the_check_beside_the_step_does_not_hold_a_healthy_step_up(tmp_path):
+    code, made = supervise(tmp_path, "raise SystemExit(0)", ScriptedSlurm(queued={"42": "RUNNING"}), precheck=True)
+    assert code == 0 and [d["decision"] for d in made] == ["completed"]
 
 
 def test_a_hang_is_detected_by_heartbeats_and_the_step_retried(tmp_path):
@@ -69,12 +81,16 @@ def test_a_hang_is_detected_by_heartbeats_and_the_step_retried(tmp_path):
 
 
 def test_a_restart_beyond_the_budget_stops(tmp_path, monkeypatch):
-    state = tmp_path / "state"
-    state.mkdir()
-    BudgetState(restarts=3, attempts_seen=["42.0", "42.1", "42.2", "42.3"]).save(state / "supervisor.json")
+    state = RunState(tmp_path / "state")
+    state.open()
+    state.save(Budget(failures=3, attempts_seen=["42.0", "42.1", "42.2", "42.3"]))
     monkeypatch.setenv("SLURM_RESTART_COUNT", "4")
-    code, made = supervise(tmp_path, "raise SystemExit(0)", ScriptedSlurm(queued={"42": "RUNNING"}))
-    assert code == 1 and [d["decision"] for d in made] == ["budget_exhausted"]
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
+    slurm.attempts["42"] = ["NODE_FAIL"] * 4 + ["RUNNING"]  # Slurm requeued attempt 3 after a node failure
+    code, made = supervise(tmp_path, "raise SystemExit(0)", slurm)
+    assert code == 1 and [(d["decision"], d["attempt"]) for d in made] == [("node_failure", "42.3"),
+                                                                           ("budget_exhausted", "42.4")]
+    assert "restart budget of 3 is spent" in made[-1]["evidence"]
 
 
 def test_no_node_is_judged_while_slurm_ends_the_job(tmp_path):
@@ -82,3 +98,75 @@ def test_no_node_is_judged_while_slurm_ends_the_job(tmp_path):
     code, made = supervise(tmp_path, "raise SystemExit(1)", slurm)
     assert [d["decision"] for d in made] == ["terminated"]
     assert slurm.drained == [] and slurm.requeued == []
+
+
+WAIT_FOR_THE_SIGNAL = ("import os, signal, sys, time\n"
+                       "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # 'saves', then leaves\n"
+                       "os.kill(os.getppid(), signal.SIGUSR1)\n"
+                       "time.sleep(60)\n")
+
+
+def test_a_warning_before_the_time_limit_is_a_planned_requeue_not_a_failure(tmp_path):
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
+    slurm.seconds_left = 58  # the warning came 60 s before the limit, as --signal=B:USR1@60 asks
+    code, made = supervise_with_signals(tmp_path, WAIT_FOR_THE_SIGNAL, slurm, signal_lead=60, max_restarts=0)
+    assert [d["decision"] for d in made] == ["time_limit"] and slurm.requeued == ["42"]
+    assert "with 58 s left" in made[0]["evidence"]
+    budget = budget_of(tmp_path)
+    assert (budget.failures, budget.time_limit_requeues) == (0, 1)  # max_restarts 0 did not stop it
+
+
+def test_a_warning_far_from_the_limit_is_a_preemption_without_a_bound(tmp_path):
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
+    slurm.seconds_left = 3 * 3600
+    for _ in range(3):
+        code, made = supervise_with_signals(tmp_path, WAIT_FOR_THE_SIGNAL, slurm, signal_lead=60)
+    assert [d["decision"] for d in made] == ["preempted"] * 3 and budget_of(tmp_path).preemptions == 3
+
+
+def test_the_next_attempt_after_a_planned_requeue_spends_nothing(tmp_path, monkeypatch):
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
+    slurm.seconds_left = 50
+    supervise_with_signals(tmp_path, WAIT_FOR_THE_SIGNAL, slurm, signal_lead=60)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    code, made = supervise(tmp_path, "raise SystemExit(0)", slurm, max_restarts=0)
+    assert code == 0 and [d["decision"] for d in made] == ["time_limit", "completed"]
+    assert budget_of(tmp_path).attempts_seen == ["42.0", "42.1"] and budget_of(tmp_path).failures == 0
+
+
+def test_an_attempt_slurm_ended_with_node_fail_spends_the_failure_budget(tmp_path, monkeypatch):
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
+    state = RunState(tmp_path / "state")
+    state.open()
+    state.save(Budget(attempts_seen=["42.0"]))
+    slurm.attempts["42"] = ["NODE_FAIL", "RUNNING"]
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    code, made = supervise(tmp_path, "raise SystemExit(0)", slurm)
+    assert [(d["decision"], d["attempt"]) for d in made] == [("node_failure", "42.0"), ("completed", "42.1")]
+    assert budget_of(tmp_path).failures == 1
+
+
+def test_a_time_limit_bound_stops_endless_requeues(tmp_path):
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
+    slurm.seconds_left = 30
+    code, made = supervise_with_signals(tmp_path, WAIT_FOR_THE_SIGNAL, slurm, signal_lead=60,
+                                        max_time_limit_requeues=0)
+    assert code == 1 and [d["decision"] for d in made] == ["budget_exhausted"] and slurm.requeued == []
+    assert "bound on time-limit requeues of 0" in made[0]["evidence"]
+
+
+def supervise_with_signals(tmp_path: Path, step: str, slurm: ScriptedSlurm, **settings: object):
+    """`supervise`, with the supervisor's USR1 handler installed as its main() installs it."""
+    import signal as signals
+    import threading
+
+    options = {"max_restarts": 3, "app_retries": 1, "hang_timeout": 0, "health_timeout": 10, "precheck": False}
+    options.update(settings)
+    supervisor = Supervisor([sys.executable, "-c", step], tmp_path / "state", slurm=slurm, **options)
+    previous = signals.signal(signals.SIGUSR1,
+                              lambda *_: threading.Thread(target=supervisor.warned, daemon=True).start())
+    try:
+        code = supervisor.run()
+    finally:
+        signals.signal(signals.SIGUSR1, previous)
+    return code, runtime.read_decisions(tmp_path / "state" / "decisions.jsonl")

@@ -17,8 +17,9 @@ Config = dict[str, Any]
 
 
 class ClusterBackend(Protocol):
-    def dry_run(self, name: str, config: Config, region: str) -> list[Finding]:
-        """ParallelCluster's full validation of a config against the account; errors are findings."""
+    def dry_run(self, name: str, config: Config, region: str, suppress: tuple[str, ...] = ()) -> list[Finding]:
+        """ParallelCluster's full validation of a config against the account; errors are findings.
+        `suppress`: names of ParallelCluster validators not to run."""
 
     def create(self, name: str, config: Config, region: str) -> str:
         """Start creating the cluster; returns its CloudFormation stack id."""
@@ -36,13 +37,15 @@ class ClusterBackend(Protocol):
 class ParallelClusterBackend:
     """ClusterBackend through the `pcluster.lib` Python API of aws-parallelcluster 3.16."""
 
-    def dry_run(self, name: str, config: Config, region: str) -> list[Finding]:
+    def dry_run(self, name: str, config: Config, region: str, suppress: tuple[str, ...] = ()) -> list[Finding]:
         check_node()  # fail before the checks, not after them at create
         lib = _pcluster_lib()
         from pcluster.api.errors import DryrunOperationException
 
+        suppressed = {"suppress_validators": [f"type:{validator}" for validator in suppress]} if suppress else {}
         try:
-            lib.create_cluster(cluster_name=name, cluster_configuration=config, region=region, dryrun=True)
+            lib.create_cluster(cluster_name=name, cluster_configuration=config, region=region, dryrun=True,
+                               **suppressed)
         except DryrunOperationException as success:  # ParallelCluster's way of saying "would succeed"
             return _findings(_content(success).get("validation_messages"))
         except Exception as error:  # noqa: BLE001 - every pcluster API error carries its content
@@ -106,7 +109,11 @@ def _pcluster_lib() -> Any:
 
 
 def _content(error: BaseException) -> dict[str, Any]:
+    # API errors carry `content`; errors of pcluster.lib's own argument checks (a cluster name its
+    # pattern refuses, say) carry `data`, e.g. {"message": "Bad Request: ..."}.
     content = getattr(error, "content", None)
+    if content is None:
+        content = getattr(error, "data", None)
     if content is None:
         return {}
     if hasattr(content, "to_dict"):

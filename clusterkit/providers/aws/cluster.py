@@ -3,7 +3,7 @@
     provider = AwsProvider()
     plan = provider.plan(ClusterRequest(name="train", preset="p4de"))  # offline: spec, config, findings
     plan = provider.prepare(plan)            # credentials, resolution, ParallelCluster's dry run; no change
-    cluster = provider.apply(plan)           # creates exactly plan.config and follows its stack
+    cluster = provider.apply(plan)           # uploads the node scripts, creates exactly plan.config, follows it
     cluster.resize("train", max_count=8); cluster.deletion(); cluster.delete()
 
 The registry record (provider "aws") keeps the region, the stack id and the config file, so every
@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit import registry
-from clusterkit.cluster.plan import ClusterPlan, ClusterRequest, plan_spec, spec_data
+from clusterkit.cluster.plan import ClusterPlan, ClusterRequest, plan_spec, script_uploads, spec_data
 from clusterkit.cluster.render import config_text, render_config
+from clusterkit.cluster.storage import storage_fates
 from clusterkit.cluster.validators import validate
 from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
 from clusterkit.files import write_atomically
@@ -29,6 +30,7 @@ from clusterkit.providers.aws.access import Aws, check_caller
 from clusterkit.providers.aws.backend import ClusterBackend, Config, ParallelClusterBackend
 from clusterkit.providers.aws.cloudformation import StackFailed, follow_stack
 from clusterkit.providers.aws.resolve import resolve
+from clusterkit.providers.aws.uploads import upload_node_scripts
 from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, quiet
 from clusterkit.slurm import Slurm
 
@@ -36,7 +38,10 @@ PROVIDER = "aws"
 CONFIG_FILE = "parallelcluster.yaml"
 POLL_SECONDS = 15.0  # between looks at the stack; tests lower it
 LOCAL_FLAGS = {"nodes": ("--nodes", 4), "cpus_per_node": ("--cpus-per-node", 2),
-               "gpus_per_node": ("--gpus-per-node", 0)}
+               "gpus_per_node": ("--gpus-per-node", 0), "ssh": ("--ssh", False)}
+# clusterkit uploads its node scripts at apply, after ParallelCluster's dry run: that run must not look
+# for them yet (clusterkit checks the spec's own scripts in `resolve` instead).
+DRY_RUN_SUPPRESSED = ("AsyncTimedUrlValidator",)
 
 
 def _now() -> str:
@@ -69,8 +74,7 @@ class AwsProvider:
             raise ClusterkitError(f"{', '.join(given)} describe local clusters",
                                   fix="an AWS cluster's nodes come from its spec (queues[].compute[])")
         plan = plan_spec(spec_data(request))
-        details = {"custom_ami": request.custom_ami} if request.custom_ami else {}
-        return plan.replace(files=self._files(plan), actions=self._actions(plan), details=details)
+        return plan.replace(files=self._files(plan), actions=self._actions(plan))
 
     def _files(self, plan: ClusterPlan) -> dict[str, str]:
         if plan.config_text is None or not plan.name:
@@ -79,9 +83,11 @@ class AwsProvider:
 
     def _actions(self, plan: ClusterPlan) -> tuple[str, ...]:
         region = plan.spec.region if plan.spec is not None else "?"
+        uploads = [f"upload {Path(path).name} to {url}" for url, path in plan.uploads.items()]
         return (f"check the AWS caller (sts get-caller-identity) in {region}",
-                "resolve the spec against the account: subnet, reservations, key pair, storage, AMI",
+                "resolve the spec against the account: subnet, reservations, key pair, storage, AMI, scripts bucket",
                 "run ParallelCluster's dry run of the resolved configuration",
+                *uploads,
                 f"create the cluster with ParallelCluster (CloudFormation stack {plan.name}) and follow it")
 
     def prepare(self, plan: ClusterPlan, progress: Progress = quiet) -> ClusterPlan:
@@ -96,21 +102,23 @@ class AwsProvider:
         progress(f"checking AWS credentials for {aws.region}")
         caller = check_caller(aws)
         progress(f"resolving the spec in account {caller['account']}, {aws.region}")
-        resolution = resolve(plan.spec, aws, plan.details.get("custom_ami"))
+        resolution = resolve(plan.spec, aws, caller["account"])
         # The resolved spec is validated afresh: a chosen subnet ends the "placeholder subnet" warning.
         findings = validate(resolution.spec) + resolution.findings
         details = {**plan.details, "prepared": True, "region": aws.region, "account": caller["account"],
-                   "caller": caller["arn"], "chosen": dict(resolution.chosen)}
+                   "caller": caller["arn"], "chosen": dict(resolution.chosen),
+                   "create_scripts_bucket": resolution.create_scripts_bucket}
         prepared = plan.replace(spec=resolution.spec, details=details)
         if has_errors(findings):
-            return prepared.replace(findings=tuple(findings), config=None, config_text=None, files={})
-        config = prepared_config(resolution.spec, resolution.image_id)
+            return prepared.replace(findings=tuple(findings), config=None, config_text=None, files={}, uploads={})
+        config = render_config(resolution.spec)
         progress("ParallelCluster dry run")
-        findings += self.backend.dry_run(name, config, aws.region)
+        findings += self.backend.dry_run(name, config, aws.region, suppress=DRY_RUN_SUPPRESSED)
         if has_errors(findings):
-            return prepared.replace(findings=tuple(findings), config=None, config_text=None, files={})
-        prepared = prepared.replace(findings=tuple(findings), config=config, config_text=config_text(name, config))
-        return prepared.replace(files=self._files(prepared))
+            return prepared.replace(findings=tuple(findings), config=None, config_text=None, files={}, uploads={})
+        prepared = prepared.replace(findings=tuple(findings), config=config, config_text=config_text(name, config),
+                                    uploads=script_uploads(config))
+        return prepared.replace(files=self._files(prepared), actions=self._actions(prepared))
 
     def apply(self, plan: ClusterPlan, progress: Progress = quiet, poll_seconds: float | None = None) -> AwsCluster:
         """Create the prepared cluster and follow its stack to CREATE_COMPLETE.
@@ -121,6 +129,8 @@ class AwsProvider:
             raise ClusterkitError(f"cluster {plan.name!r} was not prepared against AWS, or did not pass",
                                   fix="prepare the plan first (provider.prepare(plan)) and fix its findings")
         aws = self._aws_for(plan.details["region"])
+        upload_node_scripts(aws, plan.spec.scripts_bucket, plan.details["account"], plan.uploads,
+                            create_bucket=plan.details.get("create_scripts_bucket", False), progress=progress)
         ((config_path, text),) = plan.files.items()
         config_file = Path(config_path)
         config_file.parent.mkdir(parents=True, exist_ok=True)
@@ -145,18 +155,14 @@ class AwsProvider:
         return AwsCluster(record, backend=self._backend)
 
 
-def prepared_config(spec: Any, image_id: str | None) -> Config:
-    """The ParallelCluster config of a resolved spec, booting `image_id` when one was found."""
-    config = render_config(spec)
-    if image_id:
-        config["Image"]["CustomAmi"] = image_id
-    return config
-
-
 def queue_instance_types(config: Config) -> dict[str, list[str]]:
     """Queue (Slurm partition) -> the instance types of its compute resources: what a job there runs on."""
-    return {queue["Name"]: [resource["InstanceType"] for resource in queue.get("ComputeResources", [])
-                            if "InstanceType" in resource]
+    def types(resource: Config) -> list[str]:  # InstanceType, or the flexible `Instances` of multi-subnet queues
+        if "InstanceType" in resource:
+            return [resource["InstanceType"]]
+        return [item["InstanceType"] for item in resource.get("Instances", [])]
+
+    return {queue["Name"]: [name for resource in queue.get("ComputeResources", []) for name in types(resource)]
             for queue in config.get("Scheduling", {}).get("SlurmQueues", [])}
 
 
@@ -233,6 +239,12 @@ class AwsCluster:
 
         return yaml.safe_load(self.config_file.read_text())
 
+    def runs_dir(self) -> str | None:
+        return None
+
+    def python(self) -> str:
+        return "python3"
+
     def queues(self) -> dict[str, list[str]]:
         known = self.record.details.get("queues")
         if known is not None:
@@ -297,26 +309,18 @@ class AwsCluster:
                                       for r in resized["ComputeResources"]]}
 
     def deletion(self) -> DeletionPlan:
-        """The stack and its instances go; storage ParallelCluster created goes unless its DeletionPolicy
-        keeps it; storage the cluster only mounted stays."""
+        """The stack and its instances go; storage ParallelCluster created goes only when its DeletionPolicy
+        is Delete (clusterkit writes Retain unless the spec says otherwise); storage the cluster only
+        mounted stays."""
         try:
-            storage = self.config().get("SharedStorage", [])
-        except (OSError, ValueError):
-            storage = []
-        deletes = [f"CloudFormation stack {self.record.details.get('stack_name', self.name)} in {self.region}: "
-                   "the head node, every compute node, their root volumes and the cluster's network resources"]
-        keeps = []
-        for entry in storage:
-            settings = next((value for key, value in entry.items() if key.endswith("Settings")), {}) or {}
-            what = f"{entry.get('StorageType')} {entry.get('Name')!r} on {entry.get('MountDir')}"
-            existing = next((settings[key] for key in ("FileSystemId", "VolumeId") if key in settings), None)
-            if existing:
-                keeps.append(f"{what} ({existing}: not made by this cluster)")
-            elif settings.get("DeletionPolicy", "Delete") == "Delete":
-                deletes.append(f"{what} and every file on it (DeletionPolicy Delete)")
-            else:
-                keeps.append(f"{what} (DeletionPolicy {settings['DeletionPolicy']})")
-        return DeletionPlan(self.name, tuple(deletes), tuple(keeps), confirm=True)
+            fates = storage_fates(self.config())
+        except (OSError, ValueError, AttributeError):
+            fates = []
+        stack = (f"CloudFormation stack {self.record.details.get('stack_name', self.name)} in {self.region}: "
+                 "the head node, every compute node, their root volumes and the cluster's network resources")
+        lost = tuple(str(fate) for fate in fates if not fate.kept)
+        return DeletionPlan(self.name, (stack, *lost), tuple(str(fate) for fate in fates if fate.kept),
+                            confirm=True, storage_deleted=lost)
 
     def delete(self, progress: Progress = quiet, poll_seconds: float | None = None) -> None:
         """Delete the cluster (its stack, and storage ParallelCluster created with DeletionPolicy Delete)."""

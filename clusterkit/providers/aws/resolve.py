@@ -1,10 +1,12 @@
 """Resolve what a cluster spec leaves open, and check what it names, against one AWS account and region.
 
-`resolve(spec, aws)` picks a subnet (in the default VPC, in an Availability Zone that offers every
-compute instance type and holds the capacity reservations) when the spec has none, and checks the
-named subnets, capacity reservations and Capacity Blocks, key pair, FSx file systems, S3 buckets
-and custom AMI. Problems are findings on the spec's fields; credential and permission problems
-raise AccessProblem from `access.call`. This is the only module here that asks EC2, FSx and S3.
+`resolve(spec, aws, account)` picks a subnet (in the default VPC, in an Availability Zone that offers
+every compute instance type and holds the capacity reservations) when the spec has none, looks up a
+custom AMI given by name, names the bucket for clusterkit's node scripts, and checks the named
+subnets, capacity reservations and Capacity Blocks, key pair, FSx file systems, S3 buckets, custom
+action scripts and custom AMI. Problems are findings on the spec's fields; credential and permission
+problems raise AccessProblem from `access.call`. This is the only module here that asks EC2, FSx and
+S3 questions; it changes nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +15,16 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusterkit.cluster.spec import ClusterSpec, ComputeSpec, QueueSpec
+from clusterkit import offerings
+from clusterkit.cluster.render import policy_arn, render_config
+from clusterkit.cluster.node_scripts import uploads
+from clusterkit.cluster.spec import (
+    DEFAULT_NODE_POLICIES,
+    DEFAULT_SCRIPTS_BUCKET,
+    ClusterSpec,
+    ComputeSpec,
+    QueueSpec,
+)
 from clusterkit.findings import Finding, Level, has_errors
 from clusterkit.providers.aws.access import Aws, call
 
@@ -27,18 +38,16 @@ class Resolution:
     spec: ClusterSpec
     findings: list[Finding] = field(default_factory=list)
     chosen: dict[str, str] = field(default_factory=dict)  # e.g. subnet_id, availability_zone, image_id
+    create_scripts_bucket: bool = False  # apply makes the node-scripts bucket before uploading
 
     @property
     def ok(self) -> bool:
         return not has_errors(self.findings)
 
-    @property
-    def image_id(self) -> str | None:
-        return self.chosen.get("image_id")
 
-
-def resolve(spec: ClusterSpec, aws: Aws, custom_ami: str | None = None) -> Resolution:
-    """Fill in the subnet and check every AWS resource the spec names; the input spec is not changed."""
+def resolve(spec: ClusterSpec, aws: Aws, account: str) -> Resolution:
+    """Fill in the subnet, AMI and scripts bucket, and check every AWS resource the spec names;
+    the input spec is not changed. `account` is the caller's (it names the default scripts bucket)."""
     resolution = Resolution(spec=copy.deepcopy(spec))
     lookup = _Lookup(aws)
     reservations = _check_reservations(resolution, lookup)
@@ -46,8 +55,11 @@ def resolve(spec: ClusterSpec, aws: Aws, custom_ami: str | None = None) -> Resol
     _check_subnets(resolution, lookup, reservations)
     _check_key_pair(resolution, lookup)
     _check_storage(resolution, lookup)
-    if custom_ami:
-        _find_image(resolution, lookup, custom_ami)
+    _check_ebs_zones(resolution, lookup)
+    _check_image(resolution, lookup)
+    _check_placement_groups(resolution, lookup)
+    _check_policies_and_secret(resolution, lookup)
+    _check_scripts(resolution, lookup, account)
     return resolution
 
 
@@ -114,12 +126,13 @@ class _Lookup:
         return call(self.aws, "ec2", "describe_images",
                     Filters=[{"Name": "name", "Values": [name_or_id]}]).get("Images", [])
 
-    def bucket_status(self, bucket: str) -> str:
+    def bucket_status(self, bucket: str, expected_owner: str | None = None) -> str:
         """'ok', 'missing' or 'forbidden' (HeadBucket answers 403 for a bucket of another account)."""
         from botocore.exceptions import ClientError
 
+        owner = {"ExpectedBucketOwner": expected_owner} if expected_owner else {}
         try:
-            call(self.aws, "s3", "head_bucket", Bucket=bucket)
+            call(self.aws, "s3", "head_bucket", Bucket=bucket, **owner)
         except ClientError as error:
             code = error.response.get("Error", {}).get("Code", "")
             if code in ("404", "NoSuchBucket"):
@@ -128,6 +141,32 @@ class _Lookup:
                 return "forbidden"
             raise
         return "ok"
+
+    def volume(self, volume_id: str) -> dict[str, Any] | None:
+        return _first(self._ask_or_none("ec2", "describe_volumes", "Volumes",
+                                        ("InvalidVolume.NotFound", "InvalidVolume.Malformed"), VolumeIds=[volume_id]))
+
+    def placement_group(self, name: str) -> dict[str, Any] | None:
+        return _first(self._ask_or_none("ec2", "describe_placement_groups", "PlacementGroups",
+                                        ("InvalidPlacementGroup.Unknown",), GroupNames=[name]))
+
+    def policy_exists(self, arn: str) -> bool:
+        return bool(self._ask_or_none("iam", "get_policy", "Policy", ("NoSuchEntity", "InvalidInput"), PolicyArn=arn))
+
+    def secret_exists(self, arn: str) -> bool:
+        return bool(self._ask_or_none("secretsmanager", "describe_secret", "ARN", ("ResourceNotFoundException",),
+                                      SecretId=arn))
+
+    def object_exists(self, bucket: str, key: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            call(self.aws, "s3", "head_object", Bucket=bucket, Key=key)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code", "") in ("404", "403", "NoSuchKey", "NoSuchBucket"):
+                return False
+            raise
+        return True
 
     def _ask_or_none(self, service: str, operation: str, key: str, not_found: tuple[str, ...],
                      **params: Any) -> list[dict[str, Any]]:
@@ -229,13 +268,13 @@ def _choose_subnet(resolution: Resolution, lookup: _Lookup, reservations: dict[s
                f"where {', '.join(types)} are offered",
                "create a subnet in one of those zones and pass --subnet-id")
         return
-    # Instances with several network cards get no public IP: ParallelCluster wants them in a private subnet.
-    multi_card = [t for t in sorted({c.instance_type for _, _, c in computes}) if lookup.network_cards(t) > 1]
-    if multi_card:
+    # Instances with several network interfaces get no public IP: ParallelCluster wants them in a private subnet.
+    private_only = _without_public_ip(lookup, [compute for _, _, compute in computes])
+    if private_only:
         candidates = [subnet for subnet in candidates if not subnet.get("MapPublicIpOnLaunch")]
         if not candidates:
             _error(resolution, "subnet_id",
-                   f"{', '.join(multi_card)} need a private subnet (several network cards get no public IP), and "
+                   f"{', '.join(private_only)} need a private subnet (they get no public IP), and "
                    f"the default VPC {vpc['VpcId']} in {region} has none in {', '.join(sorted(zones))}",
                    "create a private subnet with a route to a NAT gateway there and pass --subnet-id")
             return
@@ -247,6 +286,19 @@ def _choose_subnet(resolution: Resolution, lookup: _Lookup, reservations: dict[s
                              vpc_id=vpc["VpcId"])
 
 
+def _without_public_ip(lookup: _Lookup, computes: list[ComputeSpec]) -> list[str]:
+    """The instance types (and why) that launch with several network interfaces, which AWS gives no public
+    IP: types with several network cards, and every EFA compute resource (ParallelCluster 3.16 adds an
+    EFA-only interface even to single-card types)."""
+    reasons = {}
+    for compute in computes:
+        if lookup.network_cards(compute.instance_type) > 1:
+            reasons[compute.instance_type] = f"{compute.instance_type} (several network cards)"
+        elif compute.efa_enabled:
+            reasons.setdefault(compute.instance_type, f"{compute.instance_type} (EFA)")
+    return [reasons[name] for name in sorted(reasons)]
+
+
 def _check_subnets(resolution: Resolution, lookup: _Lookup, reservations: dict[str, dict[str, Any]]) -> None:
     spec, region = resolution.spec, lookup.region
     head_subnet = spec.head_node.subnet_id or spec.subnet_id
@@ -254,16 +306,22 @@ def _check_subnets(resolution: Resolution, lookup: _Lookup, reservations: dict[s
         return  # choosing failed and said why
     # Each (field, subnet) once, with every instance type that will launch there.
     needs: dict[tuple[str, str], set[str]] = {}
+    private: dict[tuple[str, str], list[ComputeSpec]] = {}  # the compute resources each subnet launches
     head_path = "head_node.subnet_id" if spec.head_node.subnet_id else "subnet_id"
     needs.setdefault((head_path, head_subnet), set()).add(spec.head_node.instance_type)
+    for p, pool in enumerate(spec.login_nodes):
+        pool_path = f"login_nodes[{p}].subnet_id" if pool.subnet_id else head_path
+        needs.setdefault((pool_path, pool.subnet_id or head_subnet), set()).add(pool.instance_type)
     for qi, queue in enumerate(spec.queues):
         paths = ([f"queues[{qi}].subnet_ids[{si}]" for si in range(len(queue.subnet_ids))]
                  if queue.subnet_ids else ["subnet_id"])
         for path, subnet_id in zip(paths, spec.queue_subnets(queue)):
             needs.setdefault((path, subnet_id), set()).update(c.instance_type for c in queue.compute)
+            private.setdefault((path, subnet_id), []).extend(queue.compute)
     zone_of: dict[str, str] = {}
     for (path, subnet_id), instance_types in needs.items():
-        subnet = _check_subnet(resolution, lookup, path, subnet_id, sorted(instance_types))
+        subnet = _check_subnet(resolution, lookup, path, subnet_id, sorted(instance_types),
+                               _without_public_ip(lookup, private.get((path, subnet_id), [])))
         if subnet is not None:
             zone_of[subnet_id] = subnet["AvailabilityZone"]
 
@@ -281,18 +339,19 @@ def _check_subnets(resolution: Resolution, lookup: _Lookup, reservations: dict[s
 
 
 def _check_subnet(resolution: Resolution, lookup: _Lookup, path: str, subnet_id: str,
-                  instance_types: list[str]) -> dict[str, Any] | None:
-    """The subnet, when it exists; a finding for each instance type its Availability Zone lacks."""
+                  instance_types: list[str], private_only: list[str]) -> dict[str, Any] | None:
+    """The subnet, when it exists; a finding for each instance type its Availability Zone lacks, and one
+    when it gives public IPs to instances that cannot have one."""
     subnet = lookup.subnet(subnet_id)
     if subnet is None:
         _error(resolution, path, f"subnet {subnet_id} not found in {lookup.region}",
                "check the id and --region (`aws ec2 describe-subnets`)", subnet_id)
         return None
     zone = subnet["AvailabilityZone"]
-    multi_card = [t for t in instance_types if lookup.network_cards(t) > 1]
-    if multi_card and subnet.get("MapPublicIpOnLaunch"):
-        _error(resolution, path, f"subnet {subnet_id} gives public IPs, which {', '.join(multi_card)} (several "
-               "network cards) cannot have", "use a private subnet with a route to a NAT gateway", subnet_id)
+    if private_only and subnet.get("MapPublicIpOnLaunch"):
+        _error(resolution, path, f"subnet {subnet_id} gives public IPs, which {', '.join(private_only)} cannot "
+               "have", "use a private subnet with a route to a NAT gateway (a public head node can keep "
+               "head_node.subnet_id)", subnet_id)
     for instance_type in instance_types:
         offered = lookup.azs_offering(instance_type)
         if zone in offered:
@@ -343,6 +402,25 @@ def _check_storage(resolution: Resolution, lookup: _Lookup) -> None:
                 _check_bucket(resolution, lookup, field_path, url)
 
 
+def _check_ebs_zones(resolution: Resolution, lookup: _Lookup) -> None:
+    """An existing EBS volume attaches to the head node only in the head node's Availability Zone."""
+    spec = resolution.spec
+    head = lookup.subnet(spec.head_subnet()) if spec.head_subnet() else None
+    for index, ebs in enumerate(spec.storage.ebs):
+        if ebs.volume_id is None:
+            continue
+        volume = lookup.volume(ebs.volume_id)
+        path = f"storage.ebs[{index}].volume_id"
+        if volume is None:
+            _error(resolution, path, f"EBS volume {ebs.volume_id} not found in {lookup.region}",
+                   "check the id and --region (`aws ec2 describe-volumes`)", ebs.volume_id)
+        elif head is not None and volume["AvailabilityZone"] != head["AvailabilityZone"]:
+            _error(resolution, path, f"EBS volume {ebs.volume_id} is in {volume['AvailabilityZone']}, the head node "
+                   f"in {head['AvailabilityZone']}: a volume attaches only in its own zone",
+                   f"put the head node in a subnet of {volume['AvailabilityZone']} (head_node.subnet_id)",
+                   ebs.volume_id)
+
+
 def _check_bucket(resolution: Resolution, lookup: _Lookup, path: str, url: str) -> None:
     bucket = url[len("s3://"):].split("/", 1)[0]
     status = lookup.bucket_status(bucket)
@@ -354,12 +432,105 @@ def _check_bucket(resolution: Resolution, lookup: _Lookup, path: str, url: str) 
                f"grant s3:ListBucket and s3:GetObject on {bucket}, or use a bucket of this account", url)
 
 
-def _find_image(resolution: Resolution, lookup: _Lookup, name_or_id: str) -> None:
+def _check_image(resolution: Resolution, lookup: _Lookup) -> None:
+    """A custom AMI given by name becomes the id of the newest available image of that name."""
+    name_or_id = resolution.spec.image.custom_ami
+    if not name_or_id:
+        return
     images = [image for image in lookup.images(name_or_id) if image.get("State", "available") == "available"]
     if not images:
-        _error(resolution, "image", f"AMI {name_or_id!r} not found in {lookup.region}",
+        _error(resolution, "image.custom_ami", f"AMI {name_or_id!r} not found in {lookup.region}",
                "AMIs are regional: copy it to this region, or check the name or id (`aws ec2 describe-images`)",
                name_or_id)
         return
     newest = max(images, key=lambda image: image.get("CreationDate", ""))
+    resolution.spec.image.custom_ami = newest["ImageId"]
     resolution.chosen["image_id"] = newest["ImageId"]
+    spec = resolution.spec
+    root = next((m.get("Ebs", {}).get("VolumeSize") for m in newest.get("BlockDeviceMappings", [])
+                 if m.get("DeviceName") == newest.get("RootDeviceName")), None)
+    sizes = [("head_node.root_volume_gb", spec.head_node.root_volume_gb)]
+    sizes += [(f"queues[{q}].root_volume_gb", queue.root_volume_gb) for q, queue in enumerate(spec.queues)]
+    for path, size in sizes:
+        if root and size is not None and size < root:
+            _error(resolution, path, f"a root volume of {size} GiB is smaller than the {root} GiB of AMI "
+                   f"{newest['ImageId']} ({name_or_id})", f"use at least {root} GiB", size)
+    architecture = newest.get("Architecture")
+    node_types = [spec.head_node.instance_type] + [compute.instance_type for _, _, compute in _compute_resources(spec)]
+    for instance_type in dict.fromkeys(node_types):
+        facts = offerings.table().facts(instance_type)
+        if architecture and facts is not None and facts.architecture != architecture:
+            _error(resolution, "image.custom_ami", f"AMI {newest['ImageId']} ({name_or_id}) is {architecture}, but "
+                   f"{instance_type} runs {facts.architecture} images",
+                   f"use a {facts.architecture} AMI, or {architecture} instance types", name_or_id)
+
+
+def _check_placement_groups(resolution: Resolution, lookup: _Lookup) -> None:
+    spec = resolution.spec
+    groups = [(f"queues[{q}].placement_group", queue.placement_group) for q, queue in enumerate(spec.queues)]
+    groups += [(f"{path}.placement_group", compute.placement_group) for path, _, compute in _compute_resources(spec)]
+    for path, group in groups:
+        if group is None or group.enabled is False or not (group.name or group.id):
+            continue
+        # ParallelCluster takes `Id` as another spelling of the name.
+        if lookup.placement_group(group.name or group.id) is None:
+            _error(resolution, path, f"placement group {group.name or group.id!r} not found in {lookup.region}",
+                   "create it (`aws ec2 create-placement-group --strategy cluster`), or leave the name out to have "
+                   "ParallelCluster make one", group.name or group.id)
+
+
+def _check_policies_and_secret(resolution: Resolution, lookup: _Lookup) -> None:
+    spec = resolution.spec
+    holders = [("head_node.iam", spec.head_node.iam)] + [(f"queues[{q}].iam", queue.iam)
+                                                        for q, queue in enumerate(spec.queues)]
+    holders += [(f"login_nodes[{p}].iam", pool.iam) for p, pool in enumerate(spec.login_nodes)]
+    for path, iam in holders:
+        for i, policy in enumerate(iam.effective_policies):
+            arn = policy_arn(policy, lookup.region)
+            if policy in DEFAULT_NODE_POLICIES:
+                continue  # AWS's own, always there
+            if not lookup.policy_exists(arn):
+                _error(resolution, f"{path}.additional_policies[{i}]", f"IAM policy {arn} not found",
+                       "check the policy's name or ARN (`aws iam get-policy --policy-arn ...`)", policy)
+    accounting = spec.slurm.accounting
+    if accounting is not None and not lookup.secret_exists(accounting.password_secret_arn):
+        # Only a warning: the head node's role may read a secret this identity may not describe.
+        resolution.findings.append(Finding(
+            Level.WARNING, "slurm.accounting.password_secret_arn", f"secret not found in {lookup.region}, or this "
+            "identity may not describe it: without it the head node cannot reach the database",
+            fix="check the ARN (`aws secretsmanager describe-secret`)", value="<hidden>"))
+
+
+# ----- custom action scripts and clusterkit's node scripts -----------------------------------------
+
+def _check_scripts(resolution: Resolution, lookup: _Lookup, account: str) -> None:
+    """Name the bucket clusterkit's node scripts go to (it must be this account's), and check that every
+    s3:// script the spec names exists: a missing script fails the node's bootstrap."""
+    spec = resolution.spec
+    if spec.scripts_bucket is None:
+        spec.scripts_bucket = DEFAULT_SCRIPTS_BUCKET.format(account=account, region=lookup.region)
+        resolution.chosen["scripts_bucket"] = spec.scripts_bucket
+    config = render_config(spec)
+    if uploads(config):
+        status = lookup.bucket_status(spec.scripts_bucket, expected_owner=account)
+        if status == "missing":
+            resolution.create_scripts_bucket = True
+        elif status == "forbidden":
+            _error(resolution, "scripts_bucket", f"S3 bucket {spec.scripts_bucket!r} belongs to another account, or "
+                   "this identity may not use it", "set scripts_bucket to a bucket of this account", spec.scripts_bucket)
+    own = set(uploads(config))
+    for path, url in _script_urls(spec):
+        if url in own or not url.startswith("s3://"):
+            continue
+        bucket, _, key = url[len("s3://"):].partition("/")
+        if not lookup.object_exists(bucket, key):
+            _error(resolution, path, f"custom action script {url} not found (or not readable)",
+                   f"upload it (`aws s3 cp SCRIPT {url}`), or fix the URL", url)
+
+
+def _script_urls(spec: ClusterSpec) -> list[tuple[str, str]]:
+    actions = [("head_node.custom_actions", spec.head_node.custom_actions)]
+    actions += [(f"queues[{q}].custom_actions", queue.custom_actions) for q, queue in enumerate(spec.queues)]
+    return [(f"{path}.{event}[{s}].script", script.script) for path, custom in actions if custom is not None
+            for event in ("on_node_start", "on_node_configured", "on_node_updated")
+            for s, script in enumerate(getattr(custom, event))]

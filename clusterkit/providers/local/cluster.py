@@ -22,9 +22,11 @@ from typing import Any
 from clusterkit import registry
 from clusterkit.cluster.plan import ClusterPlan, ClusterRequest
 from clusterkit.errors import AlreadyExists, ClusterkitError, MissingDependency
+from clusterkit.pids import pid_alive, start_time
 from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, quiet
 from clusterkit.providers.local import processes
 from clusterkit.providers.local.config import (
+    SSHD_PRIVSEP_DIR,
     LocalClusterConfig,
     LocalLayout,
     render_gres_conf,
@@ -32,14 +34,20 @@ from clusterkit.providers.local.config import (
     render_mysql_conf,
     render_slurm_conf,
     render_slurmdbd_conf,
+    render_sshd_config,
 )
 from clusterkit.runtime import FAULTS_DIR_ENV
 from clusterkit.slurm import Slurm
+from clusterkit.transport import SshTarget
 
 PROVIDER = "local"
+DAEMONS = ("munged", "mariadb", "slurmdbd", "slurmctld", "sshd")  # the cluster's own; slurmd per node besides
+SSHD = "/usr/sbin/sshd"  # sshd insists on being started by its absolute path
+SSH_PROGRAMS = (SSHD, "ssh-keygen", "ssh")
 REQUIRED_PROGRAMS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
                      "sinfo", "sbatch", "sacct", "scontrol", "unshare", "mount")
-INSTALL_COMMAND = "apt-get install -y --no-install-recommends slurm-wlm munge slurmdbd mariadb-server"
+INSTALL_COMMAND = ("apt-get install -y --no-install-recommends slurm-wlm munge slurmdbd mariadb-server "
+                   "openssh-server openssh-client")
 START_TIMEOUT = 30.0
 
 # Request fields that describe AWS clusters, and their flags.
@@ -47,7 +55,7 @@ AWS_ONLY = {"preset": "--preset", "spec_file": "--file", "region": "--region", "
             "key_name": "--key-name", "custom_ami": "--custom-ami"}
 
 
-def check_prerequisites() -> None:
+def check_prerequisites(ssh: bool = False) -> None:
     """Fail early, before anything is written, when this machine cannot run a local cluster."""
     if os.geteuid() != 0:
         raise ClusterkitError(
@@ -55,7 +63,8 @@ def check_prerequisites() -> None:
             "to give each node its own mount namespace",
             fix="run clusterkit as root (e.g. `sudo -E clusterkit create-cluster --provider local ...`)",
         )
-    missing = [program for program in REQUIRED_PROGRAMS if shutil.which(program) is None]
+    needed = REQUIRED_PROGRAMS + (SSH_PROGRAMS if ssh else ())
+    missing = [program for program in needed if shutil.which(program) is None]
     if missing:
         raise MissingDependency(
             f"missing programs for a local Slurm cluster: {', '.join(missing)}",
@@ -103,34 +112,44 @@ class LocalProvider:
             raise ClusterkitError(f"{', '.join(given)} describe AWS clusters",
                                   fix="drop them for a local cluster, or use --provider aws")
         cluster = LocalCluster._new(request.name, request.nodes, request.cpus_per_node, request.gpus_per_node,
-                                    request.memory_mb_per_node)
+                                    request.memory_mb_per_node, request.ssh)
+        share = [] if processes.root_mount_is_shared() else [shlex.join(processes.SHARE_ROOT_COMMAND)]
         return ClusterPlan(
             provider=PROVIDER, name=request.name, spec=cluster.config,
             files={str(path): text for path, text in cluster._rendered_files().items()},
-            actions=tuple(shlex.join(argv) for argv in cluster._daemon_commands().values()),
+            actions=tuple(share + [shlex.join(argv) for argv in cluster._daemon_commands().values()]),
             details={"directory": str(cluster.layout.root), "ports": cluster.config.ports},
         )
 
     def prepare(self, plan: ClusterPlan, progress: Progress = quiet) -> ClusterPlan:
-        check_prerequisites()
+        check_prerequisites(ssh=plan.spec.ssh)
         if registry.exists(plan.name):
             raise AlreadyExists(f"a cluster named {plan.name!r} already exists",
                                 fix=f"use it, or delete it first with `clusterkit delete-cluster {plan.name}`")
         return plan
 
     def apply(self, plan: ClusterPlan, progress: Progress = quiet) -> LocalCluster:
-        """Write exactly the plan's files and start the daemons; on failure leave nothing behind."""
-        cluster = LocalCluster.from_config(plan.spec)
-        try:
-            cluster._write_files(plan.files, progress)
-            registry.save(cluster.record)  # before any daemon starts: delete-cluster can always clean up
-            cluster._start(progress)
-        except BaseException:
-            # Leave nothing half-made behind: no daemons, no record, no directory.
-            cluster._teardown()
-            registry.remove(plan.name)
-            shutil.rmtree(cluster.layout.root, ignore_errors=True)
-            raise
+        """Write exactly the plan's files and start the daemons; on failure leave nothing behind.
+
+        The name is claimed first (registry.claim), and the ports: a second create of the same name
+        fails at once and never touches this one's files, and a failed create removes only its own.
+        """
+        config: LocalClusterConfig = plan.spec
+        with registry.claim(plan.name) as directory:
+            processes.reserve_ports(config.base_port, len(config.ports), directory)
+            cluster = LocalCluster.from_config(config)
+            try:
+                if not processes.root_mount_is_shared():
+                    progress("making / a shared mount, so that mounts made later reach the nodes")
+                    processes.share_root_mount()
+                cluster._write_files(plan.files, progress)
+                registry.save(cluster.record)  # before any daemon starts: delete-cluster can always clean up
+                cluster._start(progress)
+            except BaseException:
+                # Leave nothing half-made behind: no daemons, no ports held (the claim takes the directory).
+                cluster._teardown()
+                processes.release_ports(directory)
+                raise
         return cluster
 
     def open(self, record: registry.ClusterRecord) -> LocalCluster:
@@ -150,6 +169,7 @@ class LocalCluster:
                 name=record.name, nodes=details["nodes"], cpus_per_node=details["cpus_per_node"],
                 gpus_per_node=details["gpus_per_node"], memory_mb_per_node=details["memory_mb_per_node"],
                 base_port=details["base_port"], controller_host=details["controller_host"],
+                ssh=details.get("ssh", False),
             )
         except KeyError as missing:
             raise ClusterkitError(f"the record of local cluster {record.name!r} is damaged: it has no {missing}",
@@ -158,11 +178,8 @@ class LocalCluster:
         self.layout = LocalLayout(record.directory)
         # Jobs on a local cluster run with the Python that drives it (its venv's python, torchrun).
         # Health checks in its jobs look for injected faults here.
-        python_bin = os.path.dirname(sys.executable)
         self._slurm = Slurm(self.layout.slurm_conf, extra_env={
-            "PATH": f"{python_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            FAULTS_DIR_ENV: str(self.layout.faults),
-        })
+            "PATH": self._session_path(), FAULTS_DIR_ENV: str(self.layout.faults)})
 
     # ----- lookup -------------------------------------------------------------------------------
     @classmethod
@@ -185,7 +202,7 @@ class LocalCluster:
     # ----- create -------------------------------------------------------------------------------
     @classmethod
     def _new(cls, name: str, nodes: int, cpus_per_node: int, gpus_per_node: int,
-             memory_mb_per_node: int) -> LocalCluster:
+             memory_mb_per_node: int, ssh: bool = False) -> LocalCluster:
         """A cluster object with its ports chosen, not yet saved or started."""
         registry.check_cluster_name(name)
         if nodes < 1 or cpus_per_node < 1 or gpus_per_node < 0:
@@ -197,11 +214,11 @@ class LocalCluster:
                                 fix=f"use it, or delete it first with `clusterkit delete-cluster {name}`")
         taken = [port for other in registry.all_records() if other.provider == PROVIDER
                  for port in cls(other).config.ports]
-        base_port = processes.find_free_port_range(nodes + 2, taken)
+        base_port = processes.find_free_port_range(nodes + 2 + (1 if ssh else 0), taken)
         return cls.from_config(LocalClusterConfig(
             name=name, nodes=nodes, cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node,
             memory_mb_per_node=memory_mb_per_node, base_port=base_port,
-            controller_host=socket.gethostname().split(".")[0]))
+            controller_host=socket.gethostname().split(".")[0], ssh=ssh))
 
     @classmethod
     def from_config(cls, config: LocalClusterConfig) -> LocalCluster:
@@ -210,33 +227,47 @@ class LocalCluster:
             created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             details={"nodes": config.nodes, "cpus_per_node": config.cpus_per_node,
                      "gpus_per_node": config.gpus_per_node, "memory_mb_per_node": config.memory_mb_per_node,
-                     "base_port": config.base_port, "controller_host": config.controller_host, "pids": {}},
+                     "base_port": config.base_port, "controller_host": config.controller_host, "ssh": config.ssh,
+                     "pids": {}},
         ))
 
     @classmethod
     def create(cls, name: str, nodes: int = 4, cpus_per_node: int = 2, gpus_per_node: int = 0,
-               memory_mb_per_node: int = 4000, progress: Progress = quiet) -> LocalCluster:
+               memory_mb_per_node: int = 4000, ssh: bool = False, progress: Progress = quiet) -> LocalCluster:
         """Plan, prepare and apply in one call (for scripts and tests)."""
         provider = LocalProvider()
         request = ClusterRequest(name=name, provider=PROVIDER, nodes=nodes, cpus_per_node=cpus_per_node,
-                                 gpus_per_node=gpus_per_node, memory_mb_per_node=memory_mb_per_node)
+                                 gpus_per_node=gpus_per_node, memory_mb_per_node=memory_mb_per_node, ssh=ssh)
         return provider.apply(provider.prepare(provider.plan(request)), progress)
 
     def slurm(self) -> Slurm:
         return self._slurm
+
+    def runs_dir(self) -> str | None:
+        return None
+
+    def python(self) -> str:
+        return sys.executable  # jobs of a local cluster run with the Python that drives it
 
     def queues(self) -> dict[str, list[str]]:
         return {}  # CPU nodes (and fake GPUs): no EC2 instance type
 
     def _rendered_files(self) -> dict[Path, str]:
         layout, config = self.layout, self.config
-        return {
+        files = {
             layout.slurm_conf: render_slurm_conf(config, layout),
             layout.gres_conf: render_gres_conf(config, layout),
             layout.slurmdbd_conf: render_slurmdbd_conf(config, layout),
             layout.mysql_conf: render_mysql_conf(layout),
             layout.hosts_file: render_hosts(config),
         }
+        if config.ssh:
+            files[layout.sshd_config] = render_sshd_config(config, layout, self._session_path())
+        return files
+
+    def _session_path(self) -> str:
+        """PATH of jobs and of SSH sessions: the Python that drives the cluster (its venv) first."""
+        return f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '/usr/bin:/bin')}"
 
     def _daemon_commands(self) -> dict[str, list[str]]:
         layout = self.layout
@@ -249,18 +280,22 @@ class LocalCluster:
             "slurmdbd": ["slurmdbd", "-D"],
             "slurmctld": ["slurmctld", "-D", "-i", "-f", str(layout.slurm_conf)],
         }
-        # A private mount + UTS namespace per node: its own /etc/hosts and host name.
+        # A mount + UTS namespace per node: its own /etc/hosts and host name. Slave propagation: mounts
+        # made on this machine later (a file system for checkpoints) reach the nodes; the nodes' own
+        # /etc/hosts never reaches this machine.
         script = 'mount --bind "$1" /etc/hosts && hostname "$2" && exec slurmd -D -N "$2" -f "$3"'
         for node in self.config.node_names:
-            commands[f"slurmd-{node}"] = ["unshare", "--mount", "--uts", "--propagation", "private",
+            commands[f"slurmd-{node}"] = ["unshare", "--mount", "--uts", "--propagation", "slave",
                                           "sh", "-c", script, "slurmd", str(layout.hosts_file), node,
                                           str(layout.slurm_conf)]
+        if self.config.ssh:
+            commands["sshd"] = [SSHD, "-D", "-e", "-f", str(layout.sshd_config)]
         return commands
 
     def _write_files(self, files: dict[str, str], progress: Progress) -> None:
         layout, config = self.layout, self.config
         for directory in (layout.etc, layout.run, layout.log, layout.state, layout.spool):
-            directory.mkdir(parents=True, exist_ok=True)
+            directory.mkdir(exist_ok=True)
         layout.munge_socket_dir.mkdir(mode=0o711, exist_ok=True)
         os.chmod(layout.munge_socket_dir, 0o711)
         for node in config.node_names:
@@ -279,23 +314,85 @@ class LocalCluster:
             with os.fdopen(descriptor, "w") as handle:
                 handle.write(text)
         shutil.copytree(_mariadb_template(progress), layout.mysql_data)
+        if config.ssh:
+            self._make_ssh_keys()
+
+    def _make_ssh_keys(self) -> None:
+        """A host key for the head node's sshd and a key that logs in to it, made for this cluster."""
+        layout = self.layout
+        for key in (layout.ssh_host_key, layout.ssh_client_key):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"clusterkit-{self.name}",
+                            "-f", str(key)], check=True, capture_output=True)
+        layout.authorized_keys.write_text(Path(f"{layout.ssh_client_key}.pub").read_text())
+        host_key = Path(f"{layout.ssh_host_key}.pub").read_text().split()[:2]
+        layout.known_hosts.write_text(f"[127.0.0.1]:{self.config.sshd_port} {' '.join(host_key)}\n")
+        SSHD_PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
 
     def _spawn(self, key: str, **extra_env: str) -> int:
         env = dict(os.environ, SLURM_CONF=str(self.layout.slurm_conf), **extra_env)
         pid = processes.spawn(self._daemon_commands()[key], self.layout.log / f"{key}.stdout", env=env)
         self.pids[key] = pid
-        self.record.details.setdefault("start_times", {})[key] = processes.start_time(pid)
+        self.record.details.setdefault("start_times", {})[key] = start_time(pid)
         registry.save(self.record)
         return pid
 
     def _ours(self, key: str) -> int | None:
-        """The pid we started as `key`, if that very process still runs (pids are reused after it
-        exits, or after a reboot: never signal a stranger)."""
+        """The pid of daemon `key` of this cluster, if that very process still runs (pids are reused
+        after it exits, or after a reboot: never signal a stranger). A daemon someone restarted by hand
+        is found by its pid file and adopted, so that describe and delete still see it."""
         pid = self.pids.get(key)
-        if pid is None or not processes.pid_alive(pid):
-            return None
         recorded = self.record.details.get("start_times", {}).get(key)
-        return pid if recorded is None or processes.start_time(pid) == recorded else None
+        if pid is not None and pid_alive(pid) and (recorded is None or
+                                                             start_time(pid) == recorded):
+            return pid
+        return self._adopt(key)
+
+    def _adopt(self, key: str) -> int | None:
+        pid = processes.pid_from_file(self.layout.pid_file(key))
+        if pid is None or pid == self.pids.get(key) or not processes.belongs_to(pid, str(self.layout.root)):
+            return None
+        self.pids[key] = pid
+        self.record.details.setdefault("start_times", {})[key] = start_time(pid)
+        if key.startswith("slurmd-"):
+            self.record.details.setdefault("namespaces", {})[key.removeprefix("slurmd-")] = \
+                processes.mount_namespace(pid)
+        registry.save(self.record)
+        return pid
+
+    def _readiness(self, key: str, pid: int) -> tuple[Callable[[], bool], str]:
+        """How to tell that daemon `key` (just started as `pid`) serves, and the log to read if not."""
+        layout = self.layout
+        return {
+            "munged": (lambda: processes.pid_from_file(layout.pid_file("munged")) == pid
+                       and layout.munge_socket.exists(), "munged.log"),
+            "mariadb": (lambda: layout.mysql_socket.exists(), "mariadb.log"),
+            "slurmdbd": (lambda: processes.port_listening(self.config.slurmdbd_port), "slurmdbd.log"),
+            "slurmctld": (lambda: processes.port_listening(self.config.slurmctld_port), "slurmctld.log"),
+            "sshd": (lambda: processes.port_listening(self.config.sshd_port), "sshd.stdout"),
+        }[key]
+
+    def restart_daemon(self, key: str = "slurmctld", progress: Progress = quiet) -> int:
+        """Stop daemon `key` if it runs, start it again, wait until it serves; returns its new pid.
+        Jobs survive a controller restart (their state is saved); nodes reconnect by themselves."""
+        if key not in DAEMONS or (key == "sshd" and not self.config.ssh):
+            raise ClusterkitError(f"no daemon {key!r} in local cluster {self.name!r}",
+                                  fix=f"restart one of: {', '.join(DAEMONS)} (a node: `clusterkit local "
+                                      "start-node`)")
+        running = self._ours(key)
+        if running is not None:
+            progress(f"stopping {key} (pid {running})")
+            processes.stop_pids([running])
+        progress(f"starting {key}")
+        pid = self._spawn(key, **self._daemon_env(key))
+        ready, log_name = self._readiness(key, pid)
+        self._wait_for_daemon(key, ready, log_name)
+        if key == "slurmctld":
+            self._wait_for_nodes_up([n for n in self.config.node_names if self._ours(f"slurmd-{n}")])
+        return pid
+
+    def _daemon_env(self, key: str) -> dict[str, str]:
+        # The MySQL client library finds our socket through MYSQL_UNIX_PORT.
+        return {"MYSQL_UNIX_PORT": str(self.layout.mysql_socket)} if key == "slurmdbd" else {}
 
     def _node_namespace(self, node: str) -> str | None:
         """The node's mount namespace while its slurmd runs (a freed namespace id can be reused)."""
@@ -304,26 +401,25 @@ class LocalCluster:
         return self.record.details.get("namespaces", {}).get(node)
 
     def _start(self, progress: Progress) -> None:
-        layout = self.layout
         progress("starting munged and MariaDB")
-        self._spawn("munged")
-        self._spawn("mariadb")
-        self._wait_for_daemon("munged", lambda: layout.munge_socket.exists(), "munged.log")
-        self._wait_for_daemon("mariadb", lambda: layout.mysql_socket.exists(), "mariadb.log")
+        started = {key: self._spawn(key) for key in ("munged", "mariadb")}
+        for key, pid in started.items():
+            self._wait_for_daemon(key, *self._readiness(key, pid))
 
         progress("starting slurmdbd")
-        # The MySQL client library finds our socket through MYSQL_UNIX_PORT.
-        self._spawn("slurmdbd", MYSQL_UNIX_PORT=str(layout.mysql_socket))
-        self._wait_for_daemon("slurmdbd", lambda: processes.port_listening(self.config.slurmdbd_port),
-                              "slurmdbd.log")
+        pid = self._spawn("slurmdbd", **self._daemon_env("slurmdbd"))
+        self._wait_for_daemon("slurmdbd", *self._readiness("slurmdbd", pid))
 
         progress(f"starting slurmctld and {self.config.nodes} slurmd")
-        self._spawn("slurmctld")
+        pid = self._spawn("slurmctld")
         for node in self.config.node_names:
             self._start_slurmd(node)
-        self._wait_for_daemon("slurmctld", lambda: processes.port_listening(self.config.slurmctld_port),
-                              "slurmctld.log")
+        self._wait_for_daemon("slurmctld", *self._readiness("slurmctld", pid))
         self._wait_for_nodes_up(self.config.node_names)
+        if self.config.ssh:
+            progress(f"starting sshd on 127.0.0.1:{self.config.sshd_port}")
+            pid = self._spawn("sshd")
+            self._wait_for_daemon("sshd", *self._readiness("sshd", pid))
         progress(f"cluster {self.name!r} is up: {self.config.nodes} nodes")
 
     def _wait_for_daemon(self, key: str, ready: Callable[[], bool], log_name: str) -> None:
@@ -332,7 +428,7 @@ class LocalCluster:
         def ready_or_dead() -> bool:
             if ready():
                 return True
-            if not processes.pid_alive(pid):
+            if not pid_alive(pid):
                 raise ClusterkitError(f"{key} exited during start-up",
                                       fix=f"see {self.layout.log / log_name} and {self.layout.log / key}.stdout")
             return False
@@ -344,7 +440,7 @@ class LocalCluster:
         pid = self._spawn(f"slurmd-{node}")
         own = processes.mount_namespace(os.getpid())
         processes.wait_until(lambda: processes.mount_namespace(pid) not in (own, None) or
-                             not processes.pid_alive(pid), 10, f"slurmd of {node} to enter its namespace")
+                             not pid_alive(pid), 10, f"slurmd of {node} to enter its namespace")
         self.record.details.setdefault("namespaces", {})[node] = processes.mount_namespace(pid)
         registry.save(self.record)
 
@@ -352,7 +448,7 @@ class LocalCluster:
         def all_up() -> bool:
             for node in nodes:
                 pid = self.pids.get(f"slurmd-{node}")
-                if pid is None or not processes.pid_alive(pid):
+                if pid is None or not pid_alive(pid):
                     raise ClusterkitError(f"slurmd of node {node} exited during start-up",
                                           fix=f"see {self.layout.log}/slurmd-{node}.log")
             states = {n.name: n for n in self._slurm.nodes()}
@@ -383,8 +479,16 @@ class LocalCluster:
             name=self.name, provider=PROVIDER, status=status, created=self.record.created, nodes=tuple(nodes),
             details={"slurm_conf": str(self.layout.slurm_conf), "directory": str(self.layout.root),
                      "ports": {"slurmctld": self.config.slurmctld_port, "slurmdbd": self.config.slurmdbd_port},
-                     "daemons": daemons},
+                     "daemons": daemons, "python": sys.executable,
+                     **({"ssh": self.ssh_target().to_dict()} if self.config.ssh else {})},
             where=f"with {self.config.nodes} nodes; use Slurm directly: export SLURM_CONF={self.layout.slurm_conf}")
+
+    def ssh_target(self) -> SshTarget:
+        """How to reach the head node from elsewhere (`create-cluster --ssh`): what `clusterkit connect` takes."""
+        if not self.config.ssh:
+            raise ClusterkitError(f"local cluster {self.name!r} has no sshd", fix="create it with --ssh")
+        return SshTarget(host="127.0.0.1", user="root", port=self.config.sshd_port,
+                         identity_file=str(self.layout.ssh_client_key), known_hosts_file=str(self.layout.known_hosts))
 
     def resize(self, queue: str, max_count: int, min_count: int | None = None, compute_resource: str | None = None,
                progress: Progress = quiet) -> dict[str, Any]:
@@ -407,7 +511,7 @@ class LocalCluster:
         victims = processes.pids_in_mount_namespace(namespace)
         processes.kill_all(victims)
         for victim in victims:
-            processes.wait_until(lambda: not processes.pid_alive(victim), 5, f"process {victim} to die")
+            processes.wait_until(lambda: not pid_alive(victim), 5, f"process {victim} to die")
         return victims
 
     def start_node(self, node: str, wait: bool = True) -> None:
@@ -442,6 +546,7 @@ class LocalCluster:
 
     def delete(self, progress: Progress = quiet) -> None:
         self._teardown()
+        processes.release_ports(self.layout.root)
         registry.remove(self.name)
         shutil.rmtree(self.layout.root, ignore_errors=True)
 
@@ -450,6 +555,8 @@ class LocalCluster:
         namespaces = [ns for ns in (self._node_namespace(node) for node in self.config.node_names) if ns]
         daemons = [pid for pid in (self._ours(key) for key in self.pids) if pid is not None]
         leftovers = [pid for ns in namespaces for pid in processes.pids_in_mount_namespace(ns)]
-        processes.stop_pids(daemons + leftovers)
+        sshd = self._ours("sshd")
+        sessions = processes.descendants(sshd) if sshd else []  # logins (and shared connections) to the head node
+        processes.stop_pids(daemons + leftovers + sessions)
         # Job processes that outlived their slurmd would keep ports and files busy.
         processes.kill_all(pid for ns in namespaces for pid in processes.pids_in_mount_namespace(ns))

@@ -84,6 +84,28 @@ class LocalLayout:
     def gpu_devices(self) -> Path:
         return self.root / "dev"
 
+    @property
+    def sshd_config(self) -> Path:
+        return self.etc / "sshd_config"
+
+    @property
+    def ssh_host_key(self) -> Path:
+        return self.etc / "ssh_host_ed25519_key"
+
+    @property
+    def ssh_client_key(self) -> Path:
+        """The key that logs in to the head node as root (given to `clusterkit connect --identity-file`)."""
+        return self.etc / "ssh_client_ed25519_key"
+
+    @property
+    def authorized_keys(self) -> Path:
+        return self.etc / "authorized_keys"
+
+    @property
+    def known_hosts(self) -> Path:
+        """The head node's host key as a known_hosts line (for `clusterkit connect --known-hosts`)."""
+        return self.etc / "known_hosts"
+
     def pid_file(self, daemon: str) -> Path:
         return self.run / f"{daemon}.pid"
 
@@ -100,8 +122,9 @@ class LocalClusterConfig:
     cpus_per_node: int
     gpus_per_node: int
     memory_mb_per_node: int
-    base_port: int  # slurmctld; slurmdbd is base+1; slurmd of node k is base+1+k
+    base_port: int  # slurmctld; slurmdbd is base+1; slurmd of node k is base+1+k; sshd after them
     controller_host: str  # this machine's short host name: slurmctld checks it
+    ssh: bool = False  # an sshd for the head node (`create-cluster --ssh`): the cluster reached from afar
 
     @property
     def node_names(self) -> list[str]:
@@ -124,8 +147,13 @@ class LocalClusterConfig:
         return self.base_port + 1 + self.node_names.index(node) + 1
 
     @property
+    def sshd_port(self) -> int:
+        return self.base_port + 2 + self.nodes
+
+    @property
     def ports(self) -> list[int]:
-        return [self.slurmctld_port, self.slurmdbd_port] + [self.slurmd_port(n) for n in self.node_names]
+        ports = [self.slurmctld_port, self.slurmdbd_port] + [self.slurmd_port(n) for n in self.node_names]
+        return ports + ([self.sshd_port] if self.ssh else [])
 
 
 def render_slurm_conf(config: LocalClusterConfig, layout: LocalLayout) -> str:
@@ -245,3 +273,30 @@ def render_hosts(config: LocalClusterConfig) -> str:
         f"127.0.0.1\tlocalhost {config.controller_host} {names}\n"
         "::1\tlocalhost ip6-localhost ip6-loopback\n"
     )
+
+
+SSHD_PRIVSEP_DIR = Path("/run/sshd")  # Debian's sshd refuses to start without it
+
+
+def render_sshd_config(config: LocalClusterConfig, layout: LocalLayout, path: str) -> str:
+    """The head node's sshd: this machine's loopback only, key login only, Slurm's config and the
+    driving Python on the PATH of every session (what a login node of a real cluster gives)."""
+    return "\n".join([
+        f"# sshd of clusterkit local cluster {config.name!r}: generated, do not edit.",
+        f"Port {config.sshd_port}",
+        "ListenAddress 127.0.0.1",
+        f"HostKey {layout.ssh_host_key}",
+        f"PidFile {layout.pid_file('sshd')}",
+        f"AuthorizedKeysFile {layout.authorized_keys}",
+        "PermitRootLogin prohibit-password",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "UsePAM no",
+        "StrictModes no",
+        "PrintMotd no",
+        f"SetEnv SLURM_CONF={layout.slurm_conf}",
+        # The login shell's profile may put other interpreters first (pyenv shims, modules): the command
+        # itself runs with the cluster's PATH, as the local cluster's own jobs do.
+        f'ForceCommand exec env PATH={path} sh -c "$SSH_ORIGINAL_COMMAND"',
+        "",
+    ])

@@ -7,11 +7,13 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from clusterkit.errors import ClusterkitError
+from clusterkit.pids import pid_alive
 
 
 def spawn(argv: list[str], log_file: Path, env: dict[str, str] | None = None) -> int:
@@ -22,26 +24,6 @@ def spawn(argv: list[str], log_file: Path, env: dict[str, str] | None = None) ->
             start_new_session=True, env=env, close_fds=True,
         )
     return process.pid
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie is dead for our purposes: reap it if it is our child, else look at its state.
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.02,
@@ -74,10 +56,73 @@ def port_free(port: int) -> bool:
     return True
 
 
+# Port ranges local clusters hold, machine-wide (clusters of every $CLUSTERKIT_HOME): one file per
+# range, named by its first port, holding the directory of the cluster that holds it.
+PORT_RESERVATIONS = Path(tempfile.gettempdir()) / "clusterkit-ports"
+
+
+def reserved_ports() -> set[int]:
+    """Ports of every range a live local cluster on this machine holds (a deleted cluster's is free)."""
+    try:
+        entries = list(PORT_RESERVATIONS.iterdir())
+    except FileNotFoundError:
+        return set()
+    ports: set[int] = set()
+    for entry in entries:
+        first, _, last = entry.name.partition("-")
+        owner = _reservation_owner(entry)
+        if first.isdigit() and last.isdigit() and owner is not None and owner.is_dir():
+            ports.update(range(int(first), int(last) + 1))
+    return ports
+
+
+def reserve_ports(base: int, count: int, owner: Path) -> None:
+    """Hold ports base..base+count-1 for the cluster in `owner`, or fail if another live cluster does."""
+    PORT_RESERVATIONS.mkdir(mode=0o755, exist_ok=True)
+    entry = PORT_RESERVATIONS / f"{base}-{base + count - 1}"
+    if reserved_ports().intersection(range(base, base + count)) - _held_by(owner):
+        raise ClusterkitError(f"ports {base}-{base + count - 1} were taken by another local cluster since this "
+                              "one was planned", fix="create it again: a new plan picks free ports")
+    temporary = entry.with_name(f".{entry.name}.{os.getpid()}")
+    temporary.write_text(f"{owner}\n")
+    os.replace(temporary, entry)
+    if _reservation_owner(entry) != owner:  # lost a race to another create
+        raise ClusterkitError(f"ports {base}-{base + count - 1} were taken by another local cluster",
+                              fix="create it again: a new plan picks free ports")
+
+
+def release_ports(owner: Path) -> None:
+    for entry in _entries_of(owner):
+        entry.unlink(missing_ok=True)
+
+
+def _held_by(owner: Path) -> set[int]:
+    ports: set[int] = set()
+    for entry in _entries_of(owner):
+        first, _, last = entry.name.partition("-")
+        ports.update(range(int(first), int(last) + 1))
+    return ports
+
+
+def _entries_of(owner: Path) -> list[Path]:
+    try:
+        return [entry for entry in PORT_RESERVATIONS.iterdir()
+                if not entry.name.startswith(".") and _reservation_owner(entry) == owner]
+    except FileNotFoundError:
+        return []
+
+
+def _reservation_owner(entry: Path) -> Path | None:
+    try:
+        return Path(entry.read_text().strip())
+    except OSError:
+        return None
+
+
 def find_free_port_range(count: int, taken: Iterable[int], start: int = 24000, stop: int = 40000,
                          step: int = 16) -> int:
     """First port p such that p..p+count-1 are free and not reserved by another local cluster."""
-    reserved = set(taken)
+    reserved = set(taken) | reserved_ports()
     for base in range(start, stop, step):
         candidates = range(base, base + count)
         if not reserved.intersection(candidates) and all(port_free(p) for p in candidates):
@@ -86,12 +131,24 @@ def find_free_port_range(count: int, taken: Iterable[int], start: int = 24000, s
                           fix="delete unused clusters with `clusterkit delete-cluster`")
 
 
-def start_time(pid: int) -> str | None:
-    """When the process started (clock ticks since boot): with the pid, it names one process for good."""
+def pid_from_file(path: Path) -> int | None:
+    """The pid a daemon wrote to its pid file, if the file holds one and that process runs."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+        pid = int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
         return None
+    return pid if pid_alive(pid) else None
+
+
+def belongs_to(pid: int, marker: str) -> bool:
+    """Whether the process's command line or environment names `marker` (a cluster's directory)."""
+    for part in ("cmdline", "environ"):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/{part}").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def mount_namespace(pid: int) -> str | None:
@@ -107,6 +164,25 @@ def pids_in_mount_namespace(namespace: str) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit() and mount_namespace(int(entry)) == namespace:
             found.append(int(entry))
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` in the process tree (children, their children, ...)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, frontier = [], [pid]
+    while frontier:
+        below = children.get(frontier.pop(), [])
+        found += below
+        frontier += below
     return found
 
 
@@ -130,3 +206,26 @@ def stop_pids(pids: Iterable[int], timeout: float = 8.0) -> list[int]:
     for pid in stubborn:
         wait_until(lambda: not pid_alive(pid), 5, f"process {pid} to exit")
     return stubborn
+
+
+def root_mount_is_shared() -> bool:
+    """Whether / propagates mounts to the namespaces that follow it (mountinfo's `shared:N` tag)."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 6 and fields[4] == "/":
+            optional = fields[6:fields.index("-")] if "-" in fields else []
+            return any(tag.startswith("shared:") for tag in optional)
+    return False
+
+
+SHARE_ROOT_COMMAND = ["mount", "--make-rshared", "/"]
+
+
+def share_root_mount() -> None:
+    """Make / (recursively) a shared mount, as systemd does at boot, so that file systems mounted later
+    reach the local nodes' namespaces (which follow it as slaves)."""
+    result = subprocess.run(SHARE_ROOT_COMMAND, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ClusterkitError(f"cannot make / a shared mount: {result.stderr.strip() or result.returncode}",
+                              fix="run as root with CAP_SYS_ADMIN; without it, mounts made after the cluster "
+                                  "started are not visible to its nodes")

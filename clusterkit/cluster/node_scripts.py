@@ -1,0 +1,88 @@
+"""clusterkit's own node set-up scripts: shipped in the package, uploaded at create, pinned by content hash.
+
+A node script runs as root on the nodes it is configured for (a ParallelCluster custom action). Its
+S3 key names the SHA-256 of its bytes (`clusterkit/node-scripts/sha256-<hex>/<name>`), so a config
+runs exactly the bytes this clusterkit shipped, and a changed script gets a new URL: there is no moving
+branch to follow. Adding a script is adding a file to the top-level `node-scripts/` directory and
+naming it in the config (`node_script(NAME).url(bucket)`); `uploads(config)` finds it there and
+`AwsProvider.apply` uploads it before the cluster is created.
+
+Arguments reach a script as separate argv words (ParallelCluster runs `[script] + Args` without a
+shell); the scripts validate every argument again before using it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clusterkit.resources import data_dir
+
+DATA_DIR = "node-scripts"
+KEY_PREFIX = "clusterkit/node-scripts"
+PYXIS_ENROOT = "pyxis-enroot.sh"
+NEURON = "neuron.sh"
+
+# The Neuron packages of Neuron SDK 2.28.0 (Trn1): the driver the node needs, and the runtime,
+# collectives and tools for jobs run without a container. The container recipes pin the same release
+# (clusterkit.stack.recipes.NEURON_DEFAULTS); a test keeps the two equal.
+NEURON_SDK = "2.28.0"
+NEURON_PACKAGES = {
+    "dkms": "2.26.5.0",  # aws-neuronx-dkms
+    "runtime": "2.30.51.0",  # aws-neuronx-runtime-lib
+    "collectives": "2.30.59.0",  # aws-neuronx-collectives
+    "tools": "2.28.23.0",  # aws-neuronx-tools
+}
+
+_URL_RE = re.compile(rf"s3://(?P<bucket>[a-z0-9.-]+)/{KEY_PREFIX}/sha256-(?P<sha>[0-9a-f]{{64}})/(?P<name>[a-z0-9.-]+)")
+
+
+@dataclass(frozen=True)
+class NodeScript:
+    name: str  # the file name in node-scripts/
+    path: Path
+    sha256: str
+
+    @property
+    def key(self) -> str:
+        return f"{KEY_PREFIX}/sha256-{self.sha256}/{self.name}"
+
+    def url(self, bucket: str) -> str:
+        return f"s3://{bucket}/{self.key}"
+
+
+@functools.lru_cache(maxsize=None)
+def node_script(name: str) -> NodeScript:
+    path = data_dir(DATA_DIR) / name
+    return NodeScript(name=name, path=path, sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+def _scripts(config: Any) -> Iterator[str]:
+    """Every custom-action script URL anywhere in a ParallelCluster config."""
+    if isinstance(config, dict):
+        for key, value in config.items():
+            if key == "Script" and isinstance(value, str):
+                yield value
+            else:
+                yield from _scripts(value)
+    elif isinstance(config, list):
+        for item in config:
+            yield from _scripts(item)
+
+
+def uploads(config: dict[str, Any]) -> dict[str, NodeScript]:
+    """URL -> clusterkit node script, for every one of clusterkit's scripts the config runs."""
+    found = {}
+    for url in _scripts(config):
+        match = _URL_RE.fullmatch(url)
+        if match is None or not (data_dir(DATA_DIR) / match["name"]).is_file():
+            continue  # not one of the scripts this clusterkit ships
+        script = node_script(match["name"])
+        if script.sha256 == match["sha"]:
+            found[url] = script
+    return found

@@ -1,0 +1,138 @@
+"""clusterkit's node scripts: lint-clean, and doing on a node exactly what they say, run as ParallelCluster runs them."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+from tests.cluster.node_script_runner import make_node, run_script, shipped
+from tests.tools import shellcheck
+
+from clusterkit.cluster import preset, render_config
+from clusterkit.cluster.node_scripts import NEURON_PACKAGES, NEURON_SDK, node_script, uploads
+
+SCRIPTS = ("pyxis-enroot.sh", "neuron.sh")
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_shellcheck_has_nothing_to_say() -> None:
+    findings = shellcheck([shipped(name) for name in SCRIPTS])
+    assert findings == {name: [] for name in SCRIPTS}
+
+
+def test_pyxis_on_the_head_node(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    result = run_script(node, shipped("pyxis-enroot.sh"), ["--role", "head", "--enroot-dir", "/var/enroot"])
+    assert result.returncode == 0, result.stderr
+    conf = (node.root / "etc/enroot/enroot.conf").read_text().splitlines()
+    assert "ENROOT_DATA_PATH /var/enroot/data/user-$(id -u)" in conf
+    assert "ENROOT_CACHE_PATH /var/enroot/cache/group-$(id -g)" in conf
+    assert "ENROOT_RUNTIME_PATH /run/enroot/user-$(id -u)" in conf
+    assert "ENROOT_MOUNT_HOME n" in conf  # ParallelCluster's other settings stay
+    assert not any(line.startswith("ENROOT_DATA_PATH /tmp") for line in conf)  # the example's paths do not
+    assert _mode(node.root / "var/enroot/data") == 0o1777 and _mode(node.root / "run/pyxis") == 0o1777
+    assert (node.root / "opt/slurm/etc/plugstack.conf").read_text().startswith("include ")
+    assert "spank_pyxis.so" in (node.root / "opt/slurm/etc/plugstack.conf.d/pyxis.conf").read_text()
+    assert node.calls() == [["scontrol", "reconfigure"]]
+
+
+def test_pyxis_on_a_compute_node(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    result = run_script(node, shipped("pyxis-enroot.sh"), ["--role", "compute", "--enroot-dir", "/scratch/enroot"])
+    assert result.returncode == 0, result.stderr
+    assert "ENROOT_DATA_PATH /scratch/enroot/data/user-$(id -u)" in (node.root / "etc/enroot/enroot.conf").read_text()
+    assert not (node.root / "opt/slurm/etc/plugstack.conf").exists()  # the head node's job, on shared /opt/slurm
+    path_unit = (node.root / "etc/systemd/system/slurmd.service.d/clusterkit-enroot-path.conf").read_text()
+    assert path_unit.startswith("[Service]\nEnvironment=PATH=/opt/slurm/sbin:")
+    assert node.calls() == [["systemctl", "daemon-reload"], ["systemctl", "try-restart", "slurmd"]]
+
+
+@pytest.mark.parametrize("args", [
+    ["--role", "head"],
+    ["--role", "login", "--enroot-dir", "/var/enroot"],
+    ["--role", "head", "--enroot-dir", "var/enroot"],
+    ["--role", "head", "--enroot-dir", "/scratch/../etc"],
+    ["--role", "head", "--enroot-dir", "/scratch//x"],
+    ["--role", "head", "--enroot-dir", "/scratch/$(id)"],
+    ["--role", "head", "--enroot-dir", "/scratch/x\ntouch /tmp/pwned"],
+    ["--role", "head", "--enroot-dir", "/scratch", "--extra"],
+    ["--role"],
+])
+def test_pyxis_refuses_bad_arguments_and_changes_nothing(tmp_path: Path, args: list[str]) -> None:
+    node = make_node(tmp_path)
+    result = run_script(node, shipped("pyxis-enroot.sh"), args)
+    assert result.returncode == 2 and result.stderr.startswith("pyxis-enroot.sh: ")
+    assert not (node.root / "etc/enroot").exists() and node.calls() == []
+
+
+def test_pyxis_needs_parallelclusters_examples(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    (node.root / "opt/parallelcluster/examples/pyxis/pyxis.conf").unlink()
+    result = run_script(node, shipped("pyxis-enroot.sh"), ["--role", "head", "--enroot-dir", "/var/enroot"])
+    assert result.returncode == 2 and "no ParallelCluster >= 3.11 pyxis/enroot" in result.stderr
+
+
+def _neuron_args() -> list[str]:
+    return [word for package, version in NEURON_PACKAGES.items() for word in (f"--{package}", version)]
+
+
+def test_neuron_on_ubuntu_installs_the_pinned_packages_from_the_signed_repository(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    result = run_script(node, shipped("neuron.sh"), _neuron_args())
+    assert result.returncode == 0, result.stderr
+    assert (node.root / "etc/apt/sources.list.d/neuron.list").read_text() == (
+        "deb [signed-by=/usr/share/keyrings/neuron.gpg] https://apt.repos.neuron.amazonaws.com jammy main\n")
+    calls = node.calls()
+    assert ["apt-get", "install", "-y", "linux-headers-6.8.0-1021-aws", "aws-neuronx-dkms=2.26.5.0",
+            "aws-neuronx-runtime-lib=2.30.51.0", "aws-neuronx-collectives=2.30.59.0",
+            "aws-neuronx-tools=2.28.23.0"] in calls
+    assert ["apt-mark", "hold", "aws-neuronx-dkms", "aws-neuronx-runtime-lib", "aws-neuronx-collectives",
+            "aws-neuronx-tools"] in calls
+    assert calls[-1] == ["modprobe", "neuron"]
+    assert (node.root / "etc/profile.d/neuron.sh").read_text() == "export PATH=/opt/aws/neuron/bin:$PATH\n"
+
+
+def test_neuron_on_a_yum_system(tmp_path: Path) -> None:
+    node = make_node(tmp_path, apt=False, os_release="ID=amzn\nVERSION_ID=2023\n")
+    result = run_script(node, shipped("neuron.sh"), _neuron_args())
+    assert result.returncode == 0, result.stderr
+    assert "gpgcheck=1" in (node.root / "etc/yum.repos.d/neuron.repo").read_text()
+    assert ["dnf", "install", "-y", "kernel-devel-6.8.0-1021-aws", "aws-neuronx-dkms-2.26.5.0",
+            "aws-neuronx-runtime-lib-2.30.51.0", "aws-neuronx-collectives-2.30.59.0",
+            "aws-neuronx-tools-2.28.23.0"] in node.calls()
+
+
+@pytest.mark.parametrize("args", [
+    ["--dkms", "2.26.5.0"],
+    ["--dkms", "2.26.5.0; reboot", "--runtime", "1.0", "--collectives", "1.0", "--tools", "1.0"],
+    ["--dkms", "$(id)", "--runtime", "1.0", "--collectives", "1.0", "--tools", "1.0"],
+    ["--kernel", "x"],
+])
+def test_neuron_refuses_bad_arguments(tmp_path: Path, args: list[str]) -> None:
+    node = make_node(tmp_path)
+    result = run_script(node, shipped("neuron.sh"), args)
+    assert result.returncode == 2 and result.stderr.startswith("neuron.sh: ") and node.calls() == []
+
+
+def test_the_node_packages_are_the_container_recipes_neuron_release() -> None:
+    """The node's Neuron runtime, collectives and tools are the release the Neuron images are built from."""
+    from clusterkit.stack.recipes import NEURON_DEFAULTS
+
+    assert NEURON_SDK == "2.28.0"
+    assert (NEURON_PACKAGES["runtime"], NEURON_PACKAGES["collectives"], NEURON_PACKAGES["tools"]) == (
+        NEURON_DEFAULTS["neuron_runtime"], NEURON_DEFAULTS["neuron_collectives"], NEURON_DEFAULTS["neuron_tools"])
+
+
+def test_uploads_are_exactly_the_shipped_scripts_a_config_runs() -> None:
+    config = render_config(preset("trn1"))
+    found = uploads(config)
+    assert sorted(script.name for script in found.values()) == ["neuron.sh", "pyxis-enroot.sh"]
+    for url, script in found.items():
+        assert url == script.url("clusterkit-000000000000-us-east-1") and f"sha256-{script.sha256}" in url
+    # A URL naming another hash is not one of this clusterkit's scripts: nothing to upload for it.
+    stale = node_script("neuron.sh").url("b").replace(node_script("neuron.sh").sha256, "0" * 64)
+    assert uploads({"HeadNode": {"CustomActions": {"OnNodeStart": {"Script": stale}}}}) == {}
