@@ -13,7 +13,8 @@ every file, and the algorithm that made the digests) last, renames the directory
 `step-NNNNNNNN` and fsyncs `root`. That rename is the commit point. `latest()` therefore trusts a
 scan of the `step-*` directories, newest first: the `latest` pointer can be missing or stale (a
 crash between the rename and the pointer update), and then the scan finds the right checkpoint
-anyway. Old checkpoints are deleted after the commit, on a background thread.
+anyway. Old checkpoints are deleted after the commit, on a background thread, which also reads
+each kept one back in full once: a damaged checkpoint does not count as one of the `keep`.
 
 Checksums are computed while the bytes are written and checked while they are read back
 (`checksums.py` says which algorithm catches what): `latest()` picks the newest checkpoint whose
@@ -149,6 +150,7 @@ class CheckpointManager:
         self._async_group: Any = None
         self._host_buffers: list[Any] = []
         self._last_commit: Checkpoint | None = None
+        self._verified: set[tuple[str, int, int]] = set()  # checkpoints retention has read back in full
 
     # ----- saving -------------------------------------------------------------------------------
 
@@ -509,15 +511,15 @@ class CheckpointManager:
         return Checkpoint(step=step, path=final, manifest=manifest)
 
     def _remove_old(self, committed_step: int) -> None:
-        """Keep the newest `keep` valid checkpoints plus the one just committed; drop the rest,
-        and the debris of crashed saves of steps up to this one (later ones may be in progress).
-        Runs after the commit on a background thread: deleting is not on the save's path."""
+        """Keep the one just committed and the newest others up to `keep` in all that verify byte for
+        byte (a damaged checkpoint of the right size must not take the place of an older good one);
+        drop the rest, and the debris of crashed saves of steps up to this one (later ones may be in
+        progress). Runs after the commit on a background thread: neither reading back nor deleting
+        is on the save's path."""
         try:
             valid_kept = 0
             for step, path in self._step_dirs():
-                if step == committed_step:
-                    valid_kept += 1
-                elif valid_kept < self.keep and verify_checkpoint(path, "size")[0] is not None:
+                if step == committed_step or (valid_kept < self.keep and self._verifies_in_full(path)):
                     valid_kept += 1
                 else:
                     _discard(path)
@@ -527,6 +529,29 @@ class CheckpointManager:
                     shutil.rmtree(entry, ignore_errors=True)
         except OSError as exc:  # the checkpoint is committed; the next save tries again
             log.warning("could not remove old checkpoints under %s: %s", self.root, exc)
+
+    def _verifies_in_full(self, path: Path) -> bool:
+        """Whether the checkpoint at `path` checks out byte for byte. Each is read back once per
+        manager (at low priority), the save after its own: from then on its manifest's identity
+        stands for it."""
+        try:
+            manifest = (path / MANIFEST).stat()
+        except OSError:
+            return False
+        identity = (path.name, manifest.st_ino, manifest.st_mtime_ns)
+        if identity in self._verified:
+            return True
+        checkpoint, problem = verify_checkpoint(path, "size")
+        if checkpoint is not None:
+            try:
+                _verify_files(checkpoint, list(checkpoint.manifest["files"]), _hash_pool(background=True))
+            except DamagedCheckpoint as damaged:
+                checkpoint, problem = None, damaged.message
+        if checkpoint is None:
+            log.warning("removing checkpoint %s: %s", path, problem)
+            return False
+        self._verified.add(identity)
+        return True
 
     def _wait_for_retention(self) -> None:
         retention, self._retention = self._retention, None
@@ -690,10 +715,10 @@ def _algorithm_of(manifest: dict[str, Any]) -> ChecksumAlgorithm:
     return ALGORITHMS[manifest["digest_algorithm"]]
 
 
-def _verify_files(checkpoint: Checkpoint, names: list[str]) -> None:
+def _verify_files(checkpoint: Checkpoint, names: list[str], pool: ThreadPoolExecutor | None = None) -> None:
     """Re-read the named files of `checkpoint` and compare digests; DamagedCheckpoint if one differs."""
     try:
-        digests = _digest_files(checkpoint.path, names, _algorithm_of(checkpoint.manifest))
+        digests = _digest_files(checkpoint.path, names, _algorithm_of(checkpoint.manifest), pool)
     except OSError as exc:
         raise DamagedCheckpoint(f"{checkpoint.path} cannot be read: {exc}") from exc
     for name in names:
@@ -771,11 +796,13 @@ def _torch_crc32_off() -> Iterator[None]:
                 torch.serialization.set_crc32_options(_crc32["before"])
 
 
-def _digest_files(directory: Path, names: list[str], algorithm: ChecksumAlgorithm) -> dict[str, dict[str, Any]]:
-    """Size and digest of each named file, its pieces read on several threads."""
+def _digest_files(directory: Path, names: list[str], algorithm: ChecksumAlgorithm,
+                  pool: ThreadPoolExecutor | None = None) -> dict[str, dict[str, Any]]:
+    """Size and digest of each named file, its pieces read on several threads (`pool`, default the
+    foreground hashing threads)."""
     result: dict[str, dict[str, Any]] = {}
     for name in names:
-        size, digest = digest_file(directory / name, algorithm, _hash_pool())
+        size, digest = digest_file(directory / name, algorithm, pool or _hash_pool())
         result[name] = {"size": size, "digest": digest}
     return result
 

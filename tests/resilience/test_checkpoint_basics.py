@@ -113,9 +113,42 @@ def test_retention_never_deletes_newest_valid(tmp_path: Path) -> None:
     assert manager.resume() is None  # keep=1 dropped step 5; step 9 is damaged
     manager.save(6, state_for(6))
     manager.close()
-    assert step_dirs(tmp_path) == ["step-00000006", "step-00000009"]
+    assert step_dirs(tmp_path) == ["step-00000006"]  # the damaged step 9 went too
     assert manager.latest(verify="full").step == 6
     assert_state_is(manager.load(), 6)
+
+
+def test_a_damaged_checkpoint_of_the_right_size_is_not_one_of_the_kept(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep=3)
+    for step in (1, 2, 3):
+        manager.save(step, state_for(step))
+    manager.close()
+    shard = tmp_path / "step-00000003" / "rank-00000.pt"
+    size = shard.stat().st_size
+    flip_byte(shard, size // 2)
+    assert manager.latest().step == 3  # the cheap check cannot tell
+    manager.save(4, state_for(4))
+    manager.close()
+    assert step_dirs(tmp_path) == ["step-00000001", "step-00000002", "step-00000004"]
+    for step in (1, 2, 4):
+        assert_state_is(manager.load(verify_checkpoint(tmp_path / f"step-{step:08d}")[0]), step)
+
+
+def test_retention_reads_each_kept_checkpoint_back_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    read_back = []
+    verify_files = checkpoint_module._verify_files
+
+    def noting(checkpoint, names, pool=None):
+        read_back.append(checkpoint.step)
+        verify_files(checkpoint, names, pool)
+
+    monkeypatch.setattr(checkpoint_module, "_verify_files", noting)
+    manager = CheckpointManager(tmp_path, keep=2)
+    for step in range(1, 6):
+        manager.save(step, state_for(step, floats=10))
+    manager.close()
+    assert read_back == [1, 2, 3, 4]  # each one by the save after it, never again
+    assert step_dirs(tmp_path) == ["step-00000004", "step-00000005"]
 
 
 def test_pointer_missing_stale_or_garbage_does_not_matter(tmp_path: Path) -> None:
