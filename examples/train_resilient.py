@@ -3,11 +3,14 @@
 Every step's data is a function of (step, rank), so a run that resumes from a checkpoint ends with
 bit-identical weights to one that never stopped; the SHA-256 of the final weights is written to
 `$CLUSTERKIT_CHECKPOINT_DIR/final_weights.sha256` to prove it. Rank 0 saves a checkpoint every
-CHECKPOINT_EVERY steps with clusterkit's CheckpointManager; every rank resumes from `latest()` and
-beats a heartbeat each step (the supervisor's hang detection). On the signal it receives when asked to
-stop (SIGTERM through torchrun, or the job's own SIGUSR1/SIGUSR2 when started directly): every rank
-agrees to stop at the same step, rank 0 saves a checkpoint, and the process exits 0; the job script
-(or the supervisor) then requeues the job, and the next attempt resumes from that checkpoint.
+CHECKPOINT_EVERY steps with clusterkit's CheckpointManager; every rank resumes from the newest
+checkpoint that verifies (`resume()`, read before the rendezvous) and beats a heartbeat each step (the
+supervisor's hang detection). On the signal it receives when asked to stop (SIGTERM through torchrun,
+or the job's own SIGUSR1/SIGUSR2 when started directly; caught from the first lines on, before torch
+is imported): every rank agrees to stop at the same step, rank 0 saves a checkpoint, and the process
+exits 0; the job script (or the supervisor) then requeues the job, and the next attempt resumes from
+that checkpoint. A clusterkit error (a full disk while saving, say) or ENOSPC ends it with one line
+on stderr and exit status 1.
 
 Settings (environment): TRAIN_STEPS (60), CHECKPOINT_EVERY (10), STEP_SECONDS (0.2, a stand-in for
 real work), EXAMPLE_FAULT (for tests: `always` fails on every attempt, `crash-once` kills rank 1's
@@ -16,23 +19,7 @@ process once, `hang-once` stops rank 1 once without exiting).
 
 from __future__ import annotations
 
-import hashlib
-import os
 import signal
-import sys
-import time
-from pathlib import Path
-
-import torch
-import torch.distributed as dist
-
-from clusterkit.resilience import CheckpointManager, heartbeat
-
-STEPS = int(os.environ.get("TRAIN_STEPS", "60"))
-CHECKPOINT_EVERY = int(os.environ.get("CHECKPOINT_EVERY", "10"))
-STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
-FAULT = os.environ.get("EXAMPLE_FAULT", "")
-FAULT_STEP = 15
 
 stop_requested = False
 
@@ -41,6 +28,31 @@ def on_stop_signal(signum: int, frame: object) -> None:
     global stop_requested
     stop_requested = True
 
+
+# Installed before anything slow (importing torch, the rendezvous, reading the checkpoint: seconds on
+# a busy node), so that a stop signal in that window is remembered instead of killing the process.
+for _stop_signal in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(_stop_signal, on_stop_signal)
+    signal.siginterrupt(_stop_signal, False)  # system calls in torch's C++ code restart, not fail
+
+import errno  # noqa: E402 (after the handlers, on purpose)
+import hashlib  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from clusterkit.errors import ClusterkitError  # noqa: E402
+from clusterkit.resilience import CheckpointManager, heartbeat  # noqa: E402
+
+STEPS = int(os.environ.get("TRAIN_STEPS", "60"))
+CHECKPOINT_EVERY = int(os.environ.get("CHECKPOINT_EVERY", "10"))
+STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
+FAULT = os.environ.get("EXAMPLE_FAULT", "")
+FAULT_STEP = 15
 
 def make_model() -> torch.nn.Module:
     torch.manual_seed(0)
@@ -80,23 +92,23 @@ def inject_fault(step: int, rank: int, run_dir: Path) -> None:
 
 
 def main() -> int:
-    for stop_signal in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(stop_signal, on_stop_signal)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
     run_dir = Path(os.environ.get("CLUSTERKIT_CHECKPOINT_DIR", "checkpoints"))
     # Every rank holds the same replica; rank 0 alone writes it, as one shard (world_size=1).
     manager = CheckpointManager(run_dir, keep=3, rank=0, world_size=1)
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
+    # Read before the rendezvous, which waits for the slowest rank anyway: no collective is needed,
+    # and the newest checkpoint that verifies is the same for every rank.
     start = 0
-    latest = manager.latest()
-    if latest is not None:
-        state = manager.load(latest)
+    resumed = manager.resume()
+    if resumed is not None:
+        state = resumed[1]
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start = state["step"]
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
     if rank == 0:
         print(f"training: world {world}, {'resuming from step ' + str(start) if start else 'starting'}", flush=True)
 
@@ -137,4 +149,13 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except ClusterkitError as error:  # e.g. a full disk while saving: one line, the job's log says why
+        print(f"train_resilient: {error}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        print(f"train_resilient: no space left on the device: {error}", file=sys.stderr, flush=True)
+        sys.exit(1)
