@@ -1,15 +1,17 @@
 """One rank of a sharded-save scenario, run as a subprocess by test_checkpoint_sharded.py.
 
 usage: checkpoint_worker.py MODE ROOT RANK WORLD_SIZE RENDEZVOUS_FILE
-MODE: gloo | gloo-crash | gloo-damaged | gloo-one-shard | files | files-crash | files-damaged.
-"-crash": rank 1 dies halfway through its shard. "-damaged": after step 7, both ranks save step 9,
-a byte of rank 1's shard of it flips, and both resume. "gloo-one-shard": rank 0 alone saves step 5
-(world_size=1), then both ranks resume with collectives.
+MODE: gloo | gloo-crash | gloo-damaged | gloo-one-shard | gloo-async-full | files | files-crash |
+files-damaged | files-async-full. "-crash": rank 1 dies halfway through its shard. "-async-full": both
+ranks save_async step 7 and rank 1's disk is full; then both save_async step 8. "-damaged": after
+step 7, both ranks save step 9, a byte of rank 1's shard of it flips, and both resume.
+"gloo-one-shard": rank 0 alone saves step 5 (world_size=1), then both ranks resume with collectives.
 Prints one JSON line with what this rank saw; prints COMMIT each time this rank commits.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -22,6 +24,7 @@ import torch.distributed as dist
 from tests.resilience.resilience_helpers import flip_byte
 
 from clusterkit.errors import ClusterkitError
+from clusterkit.resilience import checkpoint as checkpoint_module
 from clusterkit.resilience import checkpoint_files
 from clusterkit.resilience.checkpoint import CheckpointManager, verify_checkpoint
 
@@ -45,6 +48,28 @@ def die_halfway_through_the_shard() -> None:
         emit(self, view, **kwargs)
 
     checkpoint_files.ChecksummedFile._emit = dying
+
+
+def save_async_on_a_full_disk(manager: CheckpointManager, rank: int, shard: dict) -> dict[str, object]:
+    """Step 7 with rank 1's writes failing (ENOSPC), then step 8 with none failing."""
+    report: dict[str, object] = {}
+    start_torch_file = checkpoint_module._start_torch_file
+    if rank == 1:
+        def disk_full(*args: object) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        checkpoint_module._start_torch_file = disk_full
+    for when, action in (("call", lambda: manager.save_async(7, shard)), ("wait", manager.wait)):
+        try:
+            action()
+            report[when] = "returned"
+        except ClusterkitError as exc:
+            report[when] = str(exc)
+    checkpoint_module._start_torch_file = start_torch_file
+    manager.save_async(8, shard)
+    committed = manager.wait()
+    report["next"] = committed.step if committed else None
+    return report
 
 
 def flip_a_byte_of_rank_1s_shard(checkpoint: Path, rank: int, flipped: Path, mode: str) -> None:
@@ -91,6 +116,12 @@ def main() -> None:
         return
 
     shard = {"rank": rank, "w": torch.full((3_000_000,), float(rank))}  # 12 MB: several writes
+    if mode.endswith("-async-full"):
+        report.update(save_async_on_a_full_disk(manager, rank, shard))
+        if mode.startswith("gloo"):
+            dist.destroy_process_group()
+        print(json.dumps(report), flush=True)
+        return
     try:
         committed = manager.save(7, shard)
         report["returned"] = committed.step if committed else None

@@ -81,3 +81,19 @@ def test_a_checkpoint_without_a_shard_for_some_rank_stops_every_rank(tmp_path: P
     for report in reports:
         assert "cannot resume from" in report["error"] and "rank 1:" in report["error"]
         assert "has no shard for rank 1" in report["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["gloo-async-full", "files-async-full"])
+def test_a_failed_background_save_reaches_every_rank(tmp_path: Path, mode: str) -> None:
+    """save_async of state in host memory writes during the call: the rank whose write fails raises
+    there, after telling its peer, whose background part then fails too; nothing is committed."""
+    *reports, counts = run_two_ranks(mode, tmp_path)
+
+    rank0, rank1 = reports
+    assert rank1["call"].startswith("no space left on the device holding"), rank1
+    assert rank0["call"] == "returned", rank0
+    assert "was not committed: rank 1: no space left" in rank0["wait"], rank0
+    assert counts == {"commits": 1}  # step 8 alone: the managers go on working after the error
+    assert [r["next"] for r in reports] == ([8, 8] if mode.startswith("gloo") else [8, None])
+    assert [c.name for c in (tmp_path / "checkpoints").glob("step-*")] == ["step-00000008"]
