@@ -6,11 +6,11 @@ bit-identical weights to one that never stopped; the SHA-256 of the final weight
 CHECKPOINT_EVERY steps with clusterkit's CheckpointManager; every rank resumes from the newest
 checkpoint that verifies (`resume()`, read before the rendezvous) and beats a heartbeat each step (the
 supervisor's hang detection). On the signal it receives when asked to stop (SIGTERM through torchrun,
-or the job's own SIGUSR1/SIGUSR2 when started directly; caught from the first lines on, before torch
-is imported): every rank agrees to stop at the same step, rank 0 saves a checkpoint, and the process
-exits 0; the job script (or the supervisor) then requeues the job, and the next attempt resumes from
-that checkpoint. A clusterkit error (a full disk while saving, say) or ENOSPC ends it with one line
-on stderr and exit status 1.
+or the job's own SIGUSR1/SIGUSR2 when started directly; caught from before torch is imported): every
+rank agrees to stop at the same step, rank 0 saves a checkpoint, and the process exits 0; the job
+script (or the supervisor) then requeues the job, and the next attempt resumes from that checkpoint.
+A save that fails (a full disk) ends every rank with exit 1 and one line saying why; any other
+clusterkit error, or ENOSPC, ends the process with one line and exit 1 as well.
 
 Settings (environment): TRAIN_STEPS (60), CHECKPOINT_EVERY (10), STEP_SECONDS (0.2, a stand-in for
 real work), EXAMPLE_FAULT (for tests: `always` fails on every attempt, `crash-once` kills rank 1's
@@ -19,7 +19,13 @@ process once, `hang-once` stops rank 1 once without exiting).
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import os
 import signal
+import sys
+import time
+from pathlib import Path
 
 stop_requested = False
 
@@ -29,18 +35,10 @@ def on_stop_signal(signum: int, frame: object) -> None:
     stop_requested = True
 
 
-# Installed before anything slow (importing torch, the rendezvous, reading the checkpoint: seconds on
-# a busy node), so that a stop signal in that window is remembered instead of killing the process.
+# Before the imports, which take seconds on a busy node: a stop asked for that early still ends cleanly.
 for _stop_signal in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
     signal.signal(_stop_signal, on_stop_signal)
     signal.siginterrupt(_stop_signal, False)  # system calls in torch's C++ code restart, not fail
-
-import errno  # noqa: E402 (after the handlers, on purpose)
-import hashlib  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -53,6 +51,7 @@ CHECKPOINT_EVERY = int(os.environ.get("CHECKPOINT_EVERY", "10"))
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
 FAULT = os.environ.get("EXAMPLE_FAULT", "")
 FAULT_STEP = 15
+
 
 def make_model() -> torch.nn.Module:
     torch.manual_seed(0)
@@ -89,6 +88,20 @@ def inject_fault(step: int, rank: int, run_dir: Path) -> None:
     if FAULT == "hang-once":
         while True:  # no heartbeat, no collective: the other ranks block in all_reduce
             time.sleep(1)
+
+
+def save_checkpoint(manager: CheckpointManager, rank: int, step: int, state: dict, loss: float) -> bool:
+    """Rank 0 saves; every rank learns whether it worked (a full disk ends the run with one line)."""
+    failed = torch.tensor([0])
+    if rank == 0:
+        try:
+            manager.save(step, state)
+            print(f"checkpoint at step {step} (loss {loss:.5f})", flush=True)
+        except ClusterkitError as error:
+            print(f"training: stopping at step {step}: {error}", file=sys.stderr, flush=True)
+            failed[0] = 1
+    dist.all_reduce(failed, op=dist.ReduceOp.MAX)
+    return not failed.item()
 
 
 def main() -> int:
@@ -129,10 +142,10 @@ def main() -> int:
         stopping = torch.tensor([1 if stop_requested else 0])
         dist.all_reduce(stopping, op=dist.ReduceOp.MAX)  # all ranks agree to stop at the same step
         if step % CHECKPOINT_EVERY == 0 or stopping.item():
-            if rank == 0:
-                manager.save(step, {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step})
-                print(f"checkpoint at step {step} (loss {loss.item():.5f})", flush=True)
-            dist.barrier()
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+            if not save_checkpoint(manager, rank, step, state, loss.item()):
+                dist.destroy_process_group()
+                return 1
         if stopping.item():
             if rank == 0:
                 print(f"stopping at step {step} on a signal; checkpoint saved", flush=True)
@@ -151,7 +164,7 @@ def main() -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except ClusterkitError as error:  # e.g. a full disk while saving: one line, the job's log says why
+    except ClusterkitError as error:  # one line; the job's log says why
         print(f"train_resilient: {error}", file=sys.stderr, flush=True)
         sys.exit(1)
     except OSError as error:

@@ -145,18 +145,6 @@ def test_eight_concurrent_creates_of_one_name_make_exactly_one_cluster():
     assert not registry.exists(name) and not registry.cluster_dir(name).exists()
 
 
-@pytest.fixture
-def own_cluster():
-    """A small cluster of this test's own, for tests that stop its daemons."""
-    cluster = LocalCluster.create("own", nodes=2)
-    try:
-        yield cluster
-    finally:
-        pids = [pid for pid in cluster.pids.values()]
-        LocalCluster.get("own").delete()
-        assert not [pid for pid in pids if pid_alive(pid)]
-
-
 def test_watch_rides_through_a_controller_restart(own_cluster, job_dir):
     spec = job_dir / "sleeper.yaml"
     spec.write_text("name: sleeper\nlauncher: srun\ncommand: [bash, -c, 'sleep 30; echo slept']\n"

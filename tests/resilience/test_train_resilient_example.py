@@ -77,4 +77,4 @@ def test_a_full_disk_ends_the_run_with_one_line(tiny_filesystem: Path) -> None:
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 1
     assert stderr.strip().splitlines() == [stderr.strip()], stderr  # one line, no traceback
-    assert stderr.startswith("train_resilient: no space left on the device holding")
+    assert "no space left on the device holding" in stderr
