@@ -14,7 +14,8 @@ every file, and the algorithm that made the digests) last, renames the directory
 scan of the `step-*` directories, newest first: the `latest` pointer can be missing or stale (a
 crash between the rename and the pointer update), and then the scan finds the right checkpoint
 anyway. Old checkpoints are deleted after the commit, on a background thread, which also reads
-each kept one back in full once: a damaged checkpoint does not count as one of the `keep`.
+each kept one back in full once: a damaged checkpoint does not count as one of the `keep`. The next
+save writes meanwhile and waits for that thread only at its own commit.
 
 Checksums are computed while the bytes are written and checked while they are read back
 (`checksums.py` says which algorithm catches what): `latest()` picks the newest checkpoint whose
@@ -377,7 +378,6 @@ class CheckpointManager:
         self._last_commit = self._finish(step, kind, topology, directory, files, error)
 
     def _open_pending(self, step: int, topology: _Topology) -> Path:
-        self._wait_for_retention()  # it removes debris of earlier steps: not a directory we write
         token = self._agree_on_token(topology)
         directory = self.root / f".pending-step-{step:08d}-{token}"
         directory.mkdir(parents=True, exist_ok=True)
@@ -498,6 +498,7 @@ class CheckpointManager:
         _fsync_dir(directory)  # the files' names must be durable before the manifest vouches for them
         _write_durably(directory / MANIFEST, json.dumps(manifest, indent=1).encode())
         _fsync_dir(directory)
+        self._wait_for_retention()  # one at a time, and none looking while a step appears
         final = self.root / _step_dir_name(step)
         if final.exists():  # saving a step again (a resumed run): the new one replaces it
             _discard(final)
@@ -507,15 +508,16 @@ class CheckpointManager:
             _replace_durably(self.root / LATEST_POINTER, f"{final.name}\n".encode())
         except OSError as exc:  # committed already; latest() does not depend on the pointer
             log.warning("could not update %s: %s", self.root / LATEST_POINTER, exc)
+        self._remove_debris(step)
         self._retention = shared_executor("retention", 1, low_priority=True).submit(self._remove_old, step)
         return Checkpoint(step=step, path=final, manifest=manifest)
 
     def _remove_old(self, committed_step: int) -> None:
         """Keep the one just committed and the newest others up to `keep` in all that verify byte for
         byte (a damaged checkpoint of the right size must not take the place of an older good one);
-        drop the rest, and the debris of crashed saves of steps up to this one (later ones may be in
-        progress). Runs after the commit on a background thread: neither reading back nor deleting
-        is on the save's path."""
+        drop the rest, and what crashed deletions left. Runs after the commit on a background thread:
+        neither reading back nor deleting is on the save's path, and the next save writes meanwhile
+        (it waits at its commit)."""
         try:
             valid_kept = 0
             for step, path in self._step_dirs():
@@ -524,11 +526,22 @@ class CheckpointManager:
                 else:
                     _discard(path)
             for entry in self.root.iterdir():
-                pending = _PENDING_DIR.match(entry.name)
-                if (pending and int(pending.group(1)) <= committed_step) or entry.name.startswith(_DISCARDED):
+                if entry.name.startswith(_DISCARDED):
                     shutil.rmtree(entry, ignore_errors=True)
         except OSError as exc:  # the checkpoint is committed; the next save tries again
             log.warning("could not remove old checkpoints under %s: %s", self.root, exc)
+
+    def _remove_debris(self, committed_step: int) -> None:
+        """Remove the pending directories of crashed saves of steps up to `committed_step` (later ones
+        may be in progress). At the commit, not later: crashes are rare, and so the debris of one
+        never outlives the next commit, whatever happens to the retention thread."""
+        try:
+            for entry in self.root.iterdir():
+                pending = _PENDING_DIR.match(entry.name)
+                if pending and int(pending.group(1)) <= committed_step:
+                    shutil.rmtree(entry, ignore_errors=True)
+        except OSError as exc:
+            log.warning("could not remove crashed saves under %s: %s", self.root, exc)
 
     def _verifies_in_full(self, path: Path) -> bool:
         """Whether the checkpoint at `path` checks out byte for byte. Each is read back once per

@@ -291,3 +291,27 @@ def test_pending_block_that_raises_commits_nothing(tmp_path: Path) -> None:
             raise RuntimeError("writer broke")
     assert manager.latest() is None
     assert not list(tmp_path.glob(".pending-*"))
+
+
+def test_a_save_writes_while_the_previous_checkpoint_is_read_back(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    reading, release = threading.Event(), threading.Event()
+    verify_files = checkpoint_module._verify_files
+
+    def slow_read_back(checkpoint, names, pool=None):
+        reading.set()
+        assert release.wait(timeout=30)
+        verify_files(checkpoint, names, pool)
+
+    monkeypatch.setattr(checkpoint_module, "_verify_files", slow_read_back)
+    manager = CheckpointManager(tmp_path, keep=2)
+    manager.save(1, state_for(1))
+    manager.save(2, state_for(2))
+    assert reading.wait(timeout=30)  # step 1 is being read back
+    manager.save_async(3, state_for(3))  # state in host memory: written during the call
+    assert list(tmp_path.glob(".pending-step-00000003-*/rank-00000.pt"))
+    assert manager.latest().step == 2  # the commit waits for the read-back
+    release.set()
+    assert manager.wait().step == 3
+    manager.close()
+    assert step_dirs(tmp_path) == ["step-00000002", "step-00000003"]
