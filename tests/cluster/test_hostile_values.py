@@ -59,7 +59,9 @@ def full_spec(existing_storage: bool = False) -> dict[str, Any]:
     spec = {
         "name": "hostile", "region": "us-east-1", "os": "ubuntu2204", "subnet_id": SUBNET,
         "image": {"custom_ami": "ami-0123456789abcdef0"}, "scripts_bucket": "team-scripts",
+        "network": "existing",
         "head_node": {"instance_type": "c5.9xlarge", "subnet_id": SUBNET, "custom_actions": actions,
+                      "additional_security_groups": ["sg-0123456789abcdef0"],
                       "iam": {"additional_policies": ["AmazonSSMManagedInstanceCore"]}},
         "login_nodes": [{"name": "login", "instance_type": "c5.2xlarge", "subnet_id": SUBNET,
                          "iam": {"additional_policies": ["AmazonSSMManagedInstanceCore"]}}],
@@ -75,6 +77,7 @@ def full_spec(existing_storage: bool = False) -> dict[str, Any]:
         "slurm": {"queue_update_strategy": "DRAIN", "custom_settings": {"RequeueExit": "42"},
                   "accounting": {"uri": "db.example.com:3306", "user_name": "slurm",
                                  "password_secret_arn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:db-x"}},
+        "clusterkit": {"install": True, "package": "clusterkit==0.1.0"},
         "tags": {"team": "ml"},
     }
     return spec
@@ -181,7 +184,8 @@ def test_a_hostile_value_is_refused_or_harmless(path: str, tmp_path: Path) -> No
                 assert not any(CONTROL_RE.search(str(f)) for f in findings)  # every finding one line
                 continue
             assert spec is not None
-            assert _run_node_scripts(render_config(spec), tmp_path) == 3  # pyxis on head and queue, neuron
+            # pyxis on head and queue, neuron, clusterkit on the head node
+            assert _run_node_scripts(render_config(spec), tmp_path) == 4
             assert not canary.exists(), f"{path} = {value[:60]!r} ran a command"
 
 

@@ -1,0 +1,77 @@
+"""CloudFormation resource types that moto 5.2 cannot create, filled in as moto models.
+
+moto's CloudFormation skips a resource type it has no model for (and a `Ref` to it then fails). For
+clusterkit's prerequisites stack that is AWS::SecretsManager::Secret; this model creates the secret in
+moto's Secrets Manager as CloudFormation would (a generated password when GenerateSecretString asks for
+one; `Ref` is the ARN), and deletes it unless its DeletionPolicy is Retain (which moto honours).
+moto also leaves a stack's AWS::EC2::RouteTable behind on delete (so its VPC cannot go); route tables
+here are deleted as CloudFormation deletes them.
+moto deletes an RDS instance whose DeletionPolicy is Snapshot without taking the snapshot; tests say so.
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+from typing import Any
+
+from moto.cloudformation import parsing
+from moto.core.common_models import CloudFormationModel
+from moto.ec2.models import ec2_backends
+from moto.ec2.models.route_tables import RouteTable
+from moto.secretsmanager.models import secretsmanager_backends
+
+
+class _Secret(CloudFormationModel):
+    def __init__(self, account_id: str, region: str, arn: str, name: str) -> None:
+        self.account_id, self.region, self.arn, self.name = account_id, region, arn, name
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::SecretsManager::Secret"
+
+    @staticmethod
+    def cloudformation_name_type() -> str:
+        return "Name"
+
+    @property
+    def physical_resource_id(self) -> str:
+        return self.arn
+
+    @classmethod
+    def create_from_cloudformation_json(cls, resource_name: str, cloudformation_json: Any, account_id: str,
+                                        region_name: str, **kwargs: Any) -> _Secret:
+        properties = cloudformation_json.get("Properties", {})
+        value = properties.get("SecretString")
+        generate = properties.get("GenerateSecretString")
+        if value is None and generate is not None:
+            alphabet = string.ascii_letters + string.digits
+            if not generate.get("ExcludePunctuation"):
+                alphabet += "!#%&*+-.:=?^_~"
+            value = "".join(secrets.choice(alphabet) for _ in range(int(generate.get("PasswordLength", 32))))
+        backend = secretsmanager_backends[account_id][region_name]
+        created = backend.create_secret(name=resource_name, secret_string=value, secret_binary=None,
+                                        description=properties.get("Description"), tags=properties.get("Tags"),
+                                        kms_key_id=None, client_request_token=None, replica_regions=[],
+                                        force_overwrite=False)
+        import json
+
+        arn = json.loads(created)["ARN"] if isinstance(created, str) else created["ARN"]
+        return cls(account_id, region_name, arn, resource_name)
+
+    def delete(self, account_id: str, region_name: str) -> None:
+        secretsmanager_backends[account_id][region_name].delete_secret(
+            self.arn, recovery_window_in_days=None, force_delete_without_recovery=True)
+
+
+def _delete_route_table(self: RouteTable, account_id: str, region_name: str) -> None:
+    ec2_backends[account_id][region_name].delete_route_table(self.id)
+
+
+def fill() -> None:
+    """Make moto's CloudFormation know the models above (its type map is computed once and cached)."""
+    RouteTable.delete = _delete_route_table  # type: ignore[attr-defined]
+    parsing.get_model_list.cache_clear()
+    parsing.get_model_map.cache_clear()
+    parsing.get_name_type_map.cache_clear()
+    assert parsing.get_model_map()["AWS::SecretsManager::Secret"] is _Secret
