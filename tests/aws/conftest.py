@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+from . import moto_gaps
+
+moto_gaps.fill()  # CloudFormation resource types moto lacks, for clusterkit's prerequisites stack
+
 REGION = "us-east-1"
 FAKE_SECRET = "fake-secret-c0ffee-never-print-me"
 

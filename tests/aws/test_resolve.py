@@ -55,10 +55,25 @@ def test_without_a_subnet_a_private_one_is_chosen_where_every_compute_type_is_of
 
 
 def test_only_public_subnets_in_the_default_vpc_is_an_error_for_several_network_cards(aws) -> None:  # noqa: ANN001
-    (message,) = errors(resolve(p4de(), aws, ACCOUNT))
+    (message,) = errors(resolve(p4de(network="existing"), aws, ACCOUNT))
     assert message.startswith("subnet_id: p4de.24xlarge (several network cards) need a private subnet (they get no "
                               "public IP), and the default VPC vpc-")
     assert "NAT gateway" in message
+
+
+def test_only_public_subnets_in_the_default_vpc_plan_a_network_of_clusterkits_own(aws) -> None:  # noqa: ANN001
+    resolution = resolve(p4de(), aws, ACCOUNT)
+    assert errors(resolution) == []
+    assert resolution.prerequisites is not None and resolution.prerequisites.to_dict() == {"network": True,
+                                                                                        "database": True}
+    zone = resolution.parameters["AvailabilityZone"]
+    assert zone in ("us-east-1b", "us-east-1c")  # where moto offers p4de.24xlarge
+    assert resolution.parameters["DatabaseAvailabilityZone"] != zone
+    assert resolution.stack == "clusterkit-prerequisites-train" and resolution.spec.subnet_id is None
+    assert any(f.path == "network" and "makes a network for the cluster" in f.message for f in resolution.findings)
+    # A g5.12xlarge queue has one network card, but its EFA interface keeps it out of public subnets too.
+    g5 = preset("g5")
+    assert resolve(g5, aws, ACCOUNT).prerequisites.network is True
 
 
 def test_a_given_public_subnet_is_an_error_for_several_network_cards(aws) -> None:  # noqa: ANN001

@@ -49,6 +49,7 @@ class Resolution:
     stack: str | None = None
     prerequisites: Prerequisites | None = None  # None: nothing to create (none needed, or `stack` made earlier)
     parameters: dict[str, str] = field(default_factory=dict)
+    stand_in: str | None = None  # a subnet of the new network's zone, for ParallelCluster's dry run before it exists
 
     @property
     def ok(self) -> bool:
@@ -140,6 +141,11 @@ class _Lookup:
                 params["NextToken"] = page["NextToken"]
             self._stacks.sort(key=lambda stack: stack["name"])
         return self._stacks
+
+    def subnets_in_zone(self, zone: str) -> list[str]:
+        found = call(self.aws, "ec2", "describe_subnets",
+                     Filters=[{"Name": "availability-zone", "Values": [zone]}]).get("Subnets", [])
+        return sorted(subnet["SubnetId"] for subnet in found if subnet.get("State", "available") == "available")
 
     def subnets_of(self, vpc_id: str) -> list[dict[str, Any]]:
         return call(self.aws, "ec2", "describe_subnets",
@@ -361,6 +367,7 @@ def _plan_network(resolution: Resolution, lookup: _Lookup, zones: set[str]) -> N
         parameters["DatabaseAvailabilityZone"] = others[0]
     resolution.prerequisites = Prerequisites(network=True, database=database)
     resolution.parameters = parameters
+    resolution.stand_in = next(iter(lookup.subnets_in_zone(zone)), None)
     resolution.stack = stack_name(spec.name)
     resolution.chosen.update(availability_zone=zone, prerequisites_stack=f"{resolution.stack} (new)")
 
