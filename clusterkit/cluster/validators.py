@@ -901,7 +901,7 @@ def slurm_accounting(spec: ClusterSpec) -> Iterator[Finding]:
                        "user_name, password_secret_arn of a MySQL-compatible database such as Amazon RDS or Aurora")
         return
     given = [key for key in ("uri", "user_name", "password_secret_arn") if getattr(accounting, key) is not None]
-    if accounting.create:
+    if accounting.create and len(given) < 3:  # all three: filled in from the prerequisites stack
         if given:
             yield _error(f"slurm.accounting.{given[0]}", "accounting: create makes its own database; its address, "
                          "user and secret come from the prerequisites stack", "leave out uri, user_name and "

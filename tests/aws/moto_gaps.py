@@ -4,8 +4,9 @@ moto's CloudFormation skips a resource type it has no model for (and a `Ref` to 
 clusterkit's prerequisites stack that is AWS::SecretsManager::Secret; this model creates the secret in
 moto's Secrets Manager as CloudFormation would (a generated password when GenerateSecretString asks for
 one; `Ref` is the ARN), and deletes it unless its DeletionPolicy is Retain (which moto honours).
-moto also leaves a stack's AWS::EC2::RouteTable behind on delete (so its VPC cannot go); route tables
-here are deleted as CloudFormation deletes them.
+moto also leaves a stack's AWS::EC2::RouteTable, AWS::EC2::NatGateway (and its network interface) and
+AWS::EC2::EIP behind on delete (so its VPC cannot go); here they are deleted as CloudFormation deletes them.
+A NAT gateway's network interface is of type `nat_gateway`, as on AWS (moto says `interface`).
 moto deletes an RDS instance whose DeletionPolicy is Snapshot without taking the snapshot; tests say so.
 """
 
@@ -18,6 +19,8 @@ from typing import Any
 from moto.cloudformation import parsing
 from moto.core.common_models import CloudFormationModel
 from moto.ec2.models import ec2_backends
+from moto.ec2.models.elastic_ip_addresses import ElasticAddress
+from moto.ec2.models.nat_gateways import NatGateway
 from moto.ec2.models.route_tables import RouteTable
 from moto.secretsmanager.models import secretsmanager_backends
 
@@ -68,9 +71,34 @@ def _delete_route_table(self: RouteTable, account_id: str, region_name: str) -> 
     ec2_backends[account_id][region_name].delete_route_table(self.id)
 
 
+_nat_init = NatGateway.__init__
+
+
+def _nat_gateway_init(self: NatGateway, *args: Any, **kwargs: Any) -> None:
+    _nat_init(self, *args, **kwargs)
+    self._eni.interface_type = "nat_gateway"
+    self._eni.description = f"Interface for NAT Gateway {self.id}"
+
+
+def _delete_nat_gateway(self: NatGateway, account_id: str, region_name: str) -> None:
+    backend = ec2_backends[account_id][region_name]
+    for address in backend.addresses:
+        if address.eni is self._eni:
+            backend.disassociate_address(address=address.public_ip)
+    backend.delete_nat_gateway(self.id)
+    backend.delete_network_interface(self._eni.id)
+
+
+def _release_address(self: ElasticAddress, account_id: str, region_name: str) -> None:
+    ec2_backends[account_id][region_name].release_address(allocation_id=self.allocation_id)
+
+
 def fill() -> None:
     """Make moto's CloudFormation know the models above (its type map is computed once and cached)."""
     RouteTable.delete = _delete_route_table  # type: ignore[attr-defined]
+    NatGateway.__init__ = _nat_gateway_init  # type: ignore[method-assign]
+    NatGateway.delete = _delete_nat_gateway  # type: ignore[attr-defined]
+    ElasticAddress.delete = _release_address  # type: ignore[attr-defined]
     parsing.get_model_list.cache_clear()
     parsing.get_model_map.cache_clear()
     parsing.get_name_type_map.cache_clear()
