@@ -8,6 +8,9 @@ moto also leaves a stack's AWS::EC2::RouteTable, AWS::EC2::NatGateway (and its n
 AWS::EC2::EIP behind on delete (so its VPC cannot go); here they are deleted as CloudFormation deletes them.
 A NAT gateway's network interface is of type `nat_gateway`, as on AWS (moto says `interface`).
 moto deletes an RDS instance whose DeletionPolicy is Snapshot without taking the snapshot; tests say so.
+moto's CloudFormation ignores an AWS::EC2::Subnet's MapPublicIpOnLaunch; here the subnet gets it.
+For an RDS instance without DBInstanceIdentifier, CloudFormation generates a lowercase identifier of at most
+63 characters; moto joins the stack name, logical id and a suffix uncut, which RDS then refuses for long names.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from moto.ec2.models import ec2_backends
 from moto.ec2.models.elastic_ip_addresses import ElasticAddress
 from moto.ec2.models.nat_gateways import NatGateway
 from moto.ec2.models.route_tables import RouteTable
+from moto.ec2.models.subnets import Subnet
 from moto.secretsmanager.models import secretsmanager_backends
 
 
@@ -93,12 +97,37 @@ def _release_address(self: ElasticAddress, account_id: str, region_name: str) ->
     ec2_backends[account_id][region_name].release_address(allocation_id=self.allocation_id)
 
 
+_create_subnet = Subnet.create_from_cloudformation_json
+
+
+def _subnet_from_cloudformation(resource_name: str, cloudformation_json: Any, account_id: str, region_name: str,
+                                **kwargs: Any) -> Subnet:
+    subnet = _create_subnet(resource_name, cloudformation_json, account_id, region_name, **kwargs)
+    public = cloudformation_json["Properties"].get("MapPublicIpOnLaunch", False)
+    subnet.map_public_ip_on_launch = str(public).lower() == "true"
+    return subnet
+
+
+_generate_resource_name = parsing.generate_resource_name
+RDS_IDENTIFIER_LIMIT = 63
+
+
+def _generated_name(resource_type: str, stack_name: str, logical_id: str) -> str:
+    name = _generate_resource_name(resource_type, stack_name, logical_id)
+    if resource_type != "AWS::RDS::DBInstance":
+        return name
+    suffix = name.rsplit("-", 1)[1]
+    return f"{stack_name}-{logical_id}"[:RDS_IDENTIFIER_LIMIT - len(suffix) - 1].rstrip("-").lower() + f"-{suffix}"
+
+
 def fill() -> None:
     """Make moto's CloudFormation know the models above (its type map is computed once and cached)."""
     RouteTable.delete = _delete_route_table  # type: ignore[attr-defined]
     NatGateway.__init__ = _nat_gateway_init  # type: ignore[method-assign]
     NatGateway.delete = _delete_nat_gateway  # type: ignore[attr-defined]
     ElasticAddress.delete = _release_address  # type: ignore[attr-defined]
+    parsing.generate_resource_name = _generated_name
+    Subnet.create_from_cloudformation_json = staticmethod(_subnet_from_cloudformation)  # type: ignore[assignment]
     parsing.get_model_list.cache_clear()
     parsing.get_model_map.cache_clear()
     parsing.get_name_type_map.cache_clear()

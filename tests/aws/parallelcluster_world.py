@@ -29,6 +29,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -341,6 +342,25 @@ class ParallelClusterWorld:
 
         self.region(region)
         return Aws(region, session=boto3.DEFAULT_SESSION)
+
+    @contextmanager
+    def with_prerequisites(self, resolution: Any, name: str, region: str) -> Iterator[Any]:
+        """The resolved spec placed in clusterkit's prerequisites stack, made here (under moto's CloudFormation) as
+        a create makes it when the resolution plans a new one, and deleted again on leaving, so that each spec
+        meets the account as it was (stacks made earlier are reused by `resolve`)."""
+        from clusterkit.cluster.prerequisites import template_text, with_outputs
+        from clusterkit.providers.aws import prerequisites
+
+        if resolution.prerequisites is None:
+            yield resolution.spec
+            return
+        aws = self.aws(region)
+        outputs = prerequisites.create(aws, resolution.stack, template_text(resolution.prerequisites, name),
+                                       resolution.parameters, name, poll_seconds=0)
+        try:
+            yield with_outputs(resolution.spec, outputs)
+        finally:
+            prerequisites.delete(aws, resolution.stack, poll_seconds=0)
 
     def validate(self, name: str, config: dict[str, Any], region: str) -> list[Finding]:
         """ParallelCluster's dry run of `config` in `region`, after clusterkit's create-time uploads."""

@@ -66,6 +66,7 @@ def resolve(spec: ClusterSpec, aws: Aws, account: str) -> Resolution:
     _check_subnets(resolution, lookup, reservations)
     _plan_database(resolution, lookup)
     _check_key_pair(resolution, lookup)
+    _check_security_groups(resolution, lookup)
     _check_storage(resolution, lookup)
     _check_ebs_zones(resolution, lookup)
     _check_image(resolution, lookup)
@@ -156,6 +157,10 @@ class _Lookup:
             "ec2", "describe_capacity_reservations", "CapacityReservations",
             ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"),
             CapacityReservationIds=[reservation_id]))
+
+    def security_group(self, group_id: str) -> dict[str, Any] | None:
+        return _first(self._ask_or_none("ec2", "describe_security_groups", "SecurityGroups",
+                                        ("InvalidGroup.NotFound", "InvalidGroupId.Malformed"), GroupIds=[group_id]))
 
     def key_pair(self, name: str) -> dict[str, Any] | None:
         return _first(self._ask_or_none("ec2", "describe_key_pairs", "KeyPairs", ("InvalidKeyPair.NotFound",),
@@ -388,7 +393,8 @@ def _plan_database(resolution: Resolution, lookup: _Lookup) -> None:
             return
     # Two zones (RDS needs them), private subnets first, the head node's zone first.
     subnets = sorted((s for s in lookup.subnets_of(vpc) if s.get("State", "available") == "available"),
-                     key=lambda s: (bool(s.get("MapPublicIpOnLaunch")), s["AvailabilityZone"] != head["AvailabilityZone"],
+                     key=lambda s: (bool(s.get("MapPublicIpOnLaunch")),
+                                    s["AvailabilityZone"] != head["AvailabilityZone"],
                                     s["AvailabilityZone"], s["SubnetId"]))
     chosen: dict[str, str] = {}
     for subnet in subnets:
@@ -504,6 +510,14 @@ def _check_key_pair(resolution: Resolution, lookup: _Lookup) -> None:
     elif key.get("KeyType") == "rsa" and spec.os == "ubuntu2204":
         _error(resolution, "ssh.key_name", f"key pair {name!r} is an RSA key, which ubuntu2204 does not accept",
                "use an ed25519 key pair", name)
+
+
+def _check_security_groups(resolution: Resolution, lookup: _Lookup) -> None:
+    for index, group in enumerate(resolution.spec.head_node.additional_security_groups):
+        if not lookup.security_group(group):
+            _error(resolution, f"head_node.additional_security_groups[{index}]",
+                   f"security group {group} not found in {lookup.region}",
+                   "check the id and --region (`aws ec2 describe-security-groups`)", group)
 
 
 def _check_storage(resolution: Resolution, lookup: _Lookup) -> None:
@@ -644,7 +658,8 @@ def _check_scripts(resolution: Resolution, lookup: _Lookup, account: str) -> Non
             resolution.create_scripts_bucket = True
         elif status == "forbidden":
             _error(resolution, "scripts_bucket", f"S3 bucket {spec.scripts_bucket!r} belongs to another account, or "
-                   "this identity may not use it", "set scripts_bucket to a bucket of this account", spec.scripts_bucket)
+                   "this identity may not use it", "set scripts_bucket to a bucket of this account",
+                   spec.scripts_bucket)
     own = set(uploads(config))
     for path, url in _script_urls(spec):
         if url in own or not url.startswith("s3://"):
