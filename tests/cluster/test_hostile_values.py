@@ -40,7 +40,8 @@ def full_spec(existing_storage: bool = False) -> dict[str, Any]:
     existing storage and a reservation group (those fields exclude each other)."""
     script = {"script": "s3://team-scripts/setup.sh", "args": ["--flag", "value"]}
     actions = {"on_node_start": [script], "on_node_configured": [script], "on_node_updated": [script]}
-    reservation = ({"capacity_reservation_resource_group_arn": "arn:aws:resource-groups:us-east-1:123456789012:group/odcr"}
+    group = "arn:aws:resource-groups:us-east-1:123456789012:group/odcr"
+    reservation = ({"capacity_reservation_resource_group_arn": group}
                    if existing_storage else {"capacity_reservation_id": "cr-0123456789abcdef0"})
     if existing_storage:
         storage = {"lustre": [{"name": "fsx", "mount_dir": "/fsx", "file_system_id": "fs-0123456789abcdef0"}],
@@ -214,3 +215,12 @@ def test_a_newline_in_a_slurm_setting_is_refused() -> None:
     (error,) = [f for f in validate(spec) if f.level is Level.ERROR and "U+000A" in f.message]
     assert error.path == "slurm.custom_settings.MaxJobCount"
     assert error.value == "1\\u000aSlurmctldHost=x"  # shown escaped, on one line
+
+
+@pytest.mark.parametrize("path", ["network", "slurm.accounting"])
+def test_every_hostile_value_in_a_short_form_choice_is_refused(path: str) -> None:
+    """`network` and `slurm.accounting` take a word (create, existing / create, none): nothing else passes."""
+    for value in hostile_values("/tmp/x") + ["CREATE", "create ", " none"]:
+        spec, findings = load_spec_data(set_field(full_spec(), path, value))
+        errors = [f for f in findings + (validate(spec) if spec else []) if f.level is Level.ERROR and f.path == path]
+        assert errors and all(f.fix and not CONTROL_RE.search(str(f)) for f in errors), value[:40]
