@@ -643,7 +643,8 @@ def openzfs_and_ebs_settings(spec: ClusterSpec) -> Iterator[Finding]:
 
 @rule
 def deletion_policies(spec: ClusterSpec) -> Iterator[Finding]:
-    entries = [(f"storage.lustre[{i}]", s.deletion_policy, DELETION_POLICIES) for i, s in enumerate(spec.storage.lustre)]
+    entries = [(f"storage.lustre[{i}]", s.deletion_policy, DELETION_POLICIES)
+               for i, s in enumerate(spec.storage.lustre)]
     entries += [(f"storage.efs[{i}]", s.deletion_policy, DELETION_POLICIES) for i, s in enumerate(spec.storage.efs)]
     entries += [(f"storage.ebs[{i}]", s.deletion_policy, EBS_DELETION_POLICIES)
                 for i, s in enumerate(spec.storage.ebs)]
@@ -794,7 +795,8 @@ def subnets(spec: ClusterSpec) -> Iterator[Finding]:
         if subnet is not None and not _full(SUBNET_RE, subnet):
             yield _error(path, "subnet ids look like subnet-<8 or 17 characters>", "copy the id from the VPC console",
                          subnet)
-    partial = spec.subnet_id is None and (spec.head_node.subnet_id is None or not all(q.subnet_ids for q in spec.queues))
+    partial = spec.subnet_id is None and (spec.head_node.subnet_id is None
+                                          or not all(q.subnet_ids for q in spec.queues))
     named = any(subnet for _, subnet in given)
     if spec.network == NETWORK_CREATE and named:
         path, subnet = next((path, subnet) for path, subnet in given if subnet)

@@ -109,7 +109,8 @@ def account() -> dict[str, list[str]]:
 
 
 def added(before: dict[str, list[str]], after: dict[str, list[str]]) -> dict[str, list[str]]:
-    return {kind: sorted(set(after[kind]) - set(before[kind])) for kind in after if set(after[kind]) - set(before[kind])}
+    return {kind: sorted(set(after[kind]) - set(before[kind]))
+            for kind in after if set(after[kind]) - set(before[kind])}
 
 
 def test_the_account_has_only_its_default_vpc(empty_world: Any) -> None:

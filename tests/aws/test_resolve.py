@@ -142,7 +142,8 @@ def test_an_unknown_reservation(aws) -> None:  # noqa: ANN001
     answer_reservations(aws.client("ec2"))
     resolution = resolve(with_reservation(p4de(), "cr-0fffffffffffffff0"), aws, ACCOUNT)
     assert errors(resolution)[0].startswith(
-        f"queues[0].compute[0].capacity_reservation_id: capacity reservation cr-0fffffffffffffff0 not found in {REGION}")
+        "queues[0].compute[0].capacity_reservation_id: capacity reservation cr-0fffffffffffffff0 "
+        f"not found in {REGION}")
 
 
 def test_a_missing_key_pair_says_how_to_create_it(aws) -> None:  # noqa: ANN001
@@ -185,8 +186,9 @@ def test_an_existing_bucket_passes(aws) -> None:  # noqa: ANN001
 def test_custom_ami_by_name_and_by_id(aws) -> None:  # noqa: ANN001
     private_subnets(aws.client("ec2"), "us-east-1b")
     ec2 = aws.client("ec2")
-    image_id = ec2.register_image(Name="my-training-ami-2026", RootDeviceName="/dev/sda1",
-                                  BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 60}}])["ImageId"]
+    image_id = ec2.register_image(
+        Name="my-training-ami-2026", RootDeviceName="/dev/sda1",
+        BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 60}}])["ImageId"]
     for given in ("my-training-ami-2026", image_id):
         spec = p4de()
         spec.image.custom_ami = given

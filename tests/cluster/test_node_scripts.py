@@ -1,4 +1,5 @@
-"""clusterkit's node scripts: lint-clean, and doing on a node exactly what they say, run as ParallelCluster runs them."""
+"""clusterkit's node scripts: lint-clean, and doing on a node exactly what they say, run as ParallelCluster runs
+them."""
 
 from __future__ import annotations
 

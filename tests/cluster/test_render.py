@@ -209,7 +209,8 @@ def test_the_head_node_installs_clusterkit_on_shared_storage_for_the_jobs() -> N
 
     config = _config({})
     install = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][1]
-    assert install["Args"] == ["--venv", f"/fsx/clusterkit/venv-{__version__}", "--package", f"clusterkit=={__version__}"]
+    assert install["Args"] == ["--venv", f"/fsx/clusterkit/venv-{__version__}",
+                               "--package", f"clusterkit=={__version__}"]
     assert installed_python(config) == f"/fsx/clusterkit/venv-{__version__}/bin/python"
     # Nothing else installs it: the compute nodes read it from /fsx.
     assert not any("clusterkit-venv.sh" in str(queue.get("CustomActions"))
