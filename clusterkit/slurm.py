@@ -294,16 +294,6 @@ def parse_job_details(output: str) -> dict[str, str]:
     return {key: value for key, value in re.findall(r"(?:^|\s)([A-Za-z:/_]+)=(.*?)(?=\s[A-Za-z:/_]+=|$)", line)}
 
 
-def log_file(pattern: str | None, reported: str | None, workdir: str | Path) -> str | None:
-    """Where Slurm writes a job's log: where `scontrol show job` says, except for a pattern holding a
-    backslash, which Slurm takes literally (replacement symbols such as %j are not expanded and the
-    backslashes are dropped) while scontrol still shows the pattern expanded."""
-    if pattern and "\\" in pattern:
-        literal = Path(pattern.replace("\\", ""))
-        return str(literal if literal.is_absolute() else Path(workdir) / literal)
-    return reported or None
-
-
 def lines(output: str) -> list[str]:
     """The lines of a Slurm command's output: split at newlines only (str.splitlines also splits at
     U+2028 and other separators a job name or log path may hold)."""

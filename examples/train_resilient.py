@@ -7,7 +7,8 @@ CHECKPOINT_EVERY steps with clusterkit's CheckpointManager; every rank resumes f
 beats a heartbeat each step (the supervisor's hang detection). On the signal it receives when asked to
 stop (SIGTERM through torchrun, or the job's own SIGUSR1/SIGUSR2 when started directly): every rank
 agrees to stop at the same step, rank 0 saves a checkpoint, and the process exits 0; the job script
-(or the supervisor) then requeues the job, and the next attempt resumes from that checkpoint.
+(or the supervisor) then requeues the job, and the next attempt resumes from that checkpoint. A save
+that fails (a full disk) ends every rank with exit 1 and one line saying why.
 
 Settings (environment): TRAIN_STEPS (60), CHECKPOINT_EVERY (10), STEP_SECONDS (0.2, a stand-in for
 real work), EXAMPLE_FAULT (for tests: `always` fails on every attempt, `crash-once` kills rank 1's
@@ -23,23 +24,29 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-
-from clusterkit.resilience import CheckpointManager, heartbeat
-
-STEPS = int(os.environ.get("TRAIN_STEPS", "60"))
-CHECKPOINT_EVERY = int(os.environ.get("CHECKPOINT_EVERY", "10"))
-STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
-FAULT = os.environ.get("EXAMPLE_FAULT", "")
-FAULT_STEP = 15
-
 stop_requested = False
 
 
 def on_stop_signal(signum: int, frame: object) -> None:
     global stop_requested
     stop_requested = True
+
+
+# Before the imports, which take seconds on a busy node: a stop asked for that early still ends cleanly.
+for _stop_signal in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(_stop_signal, on_stop_signal)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from clusterkit.errors import ClusterkitError  # noqa: E402
+from clusterkit.resilience import CheckpointManager, heartbeat  # noqa: E402
+
+STEPS = int(os.environ.get("TRAIN_STEPS", "60"))
+CHECKPOINT_EVERY = int(os.environ.get("CHECKPOINT_EVERY", "10"))
+STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
+FAULT = os.environ.get("EXAMPLE_FAULT", "")
+FAULT_STEP = 15
 
 
 def make_model() -> torch.nn.Module:
@@ -79,9 +86,21 @@ def inject_fault(step: int, rank: int, run_dir: Path) -> None:
             time.sleep(1)
 
 
+def save_checkpoint(manager: CheckpointManager, rank: int, step: int, state: dict, loss: float) -> bool:
+    """Rank 0 saves; every rank learns whether it worked (a full disk ends the run with one line)."""
+    failed = torch.tensor([0])
+    if rank == 0:
+        try:
+            manager.save(step, state)
+            print(f"checkpoint at step {step} (loss {loss:.5f})", flush=True)
+        except ClusterkitError as error:
+            print(f"training: stopping at step {step}: {error}", file=sys.stderr, flush=True)
+            failed[0] = 1
+    dist.all_reduce(failed, op=dist.ReduceOp.MAX)
+    return not failed.item()
+
+
 def main() -> int:
-    for stop_signal in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(stop_signal, on_stop_signal)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     run_dir = Path(os.environ.get("CLUSTERKIT_CHECKPOINT_DIR", "checkpoints"))
@@ -117,10 +136,10 @@ def main() -> int:
         stopping = torch.tensor([1 if stop_requested else 0])
         dist.all_reduce(stopping, op=dist.ReduceOp.MAX)  # all ranks agree to stop at the same step
         if step % CHECKPOINT_EVERY == 0 or stopping.item():
-            if rank == 0:
-                manager.save(step, {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step})
-                print(f"checkpoint at step {step} (loss {loss.item():.5f})", flush=True)
-            dist.barrier()
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+            if not save_checkpoint(manager, rank, step, state, loss.item()):
+                dist.destroy_process_group()
+                return 1
         if stopping.item():
             if rank == 0:
                 print(f"stopping at step {step} on a signal; checkpoint saved", flush=True)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Install what the local provider needs on Debian/Ubuntu: Slurm, munge, slurmdbd, MariaDB, and
 # OpenSSH (an sshd for `create-cluster --ssh`, the client for clusters reached over SSH), and PMIx
-# (for `srun --mpi=pmix`).
+# (for `srun --mpi=pmix`; Slurm's plugin opens the unversioned libpmix.so, which libpmix-dev ships).
 # Idempotent; the packaged services are not started (clusterkit starts its own daemons).
 set -euo pipefail
-packages=(slurm-wlm munge slurmdbd mariadb-server shellcheck util-linux openssh-server openssh-client libpmix2)
+packages=(slurm-wlm munge slurmdbd mariadb-server shellcheck util-linux openssh-server openssh-client libpmix2 libpmix-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

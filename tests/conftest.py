@@ -52,6 +52,22 @@ def local_cluster() -> Iterator[LocalCluster]:
 
 
 @pytest.fixture
+def own_cluster() -> Iterator[LocalCluster]:
+    """A small cluster of the test's own (a second cluster beside the shared one, or one whose daemons
+    the test stops); deleted afterwards, with no process left."""
+    from clusterkit.pids import pid_alive
+    from clusterkit.providers.local.cluster import LocalCluster
+
+    cluster = LocalCluster.create("own", nodes=2)
+    try:
+        yield cluster
+    finally:
+        pids = list(cluster.pids.values())
+        LocalCluster.get("own").delete()
+        assert not [pid for pid in pids if pid_alive(pid)]
+
+
+@pytest.fixture
 def job_dir(tmp_path: Path) -> Path:
     """A directory every node can write to (all nodes share this machine's file system)."""
     tmp_path.chmod(0o777)

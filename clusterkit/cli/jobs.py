@@ -132,8 +132,11 @@ def job_logs(args: argparse.Namespace) -> int:
         return 0
     if not args.follow and not handle.log_exists():
         ended = handle.done()
+        # scontrol expands %j... even in a pattern Slurm took literally (one with a backslash).
+        literal = (" (its --output held a backslash: Slurm wrote the pattern as written, without the backslashes "
+                   "and with %j, %x... unexpanded)") if "\\" in str(handle.stdout_path) else ""
         print(f"job {handle.job_id}: no log at {handle.stdout_path}" + ("" if ended else " yet (the job has not "
-              "written it)"), file=sys.stderr)
+              "written it)") + literal, file=sys.stderr)
         return 1 if ended else 0
     for chunk in handle.follow_log(follow=args.follow):
         sys.stdout.write(chunk)

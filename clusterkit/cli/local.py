@@ -44,8 +44,8 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
                          help="which daemon (default slurmctld)")
     restart.set_defaults(handler=restart_controller)
 
-    env = verbs.add_parser("env", parents=[common],
-                           help="print the shell exports for plain Slurm commands: eval \"$(clusterkit local env NAME)\"")
+    env = verbs.add_parser("env", parents=[common], help="print the shell exports for plain Slurm commands: "
+                                                         "eval \"$(clusterkit local env NAME)\"")
     env.add_argument("name", help="cluster name")
     env.set_defaults(handler=print_env)
 

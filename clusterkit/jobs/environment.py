@@ -103,7 +103,8 @@ def tuner_needs_variable(ofi_nccl: tuple[int, ...] | None, nccl: tuple[int, ...]
 def _neuron_environment(instance: InstanceType) -> JobEnvironment:
     # Many Neuron processes per node: cap glibc malloc arenas to keep host memory in check. Softmax
     # fusion and 3 requests in flight are the NeuronX Distributed training samples' settings.
-    variables = {"MALLOC_ARENA_MAX": "64", "NEURON_FUSE_SOFTMAX": "1", "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS": "3"}
+    variables = {"MALLOC_ARENA_MAX": "64", "NEURON_FUSE_SOFTMAX": "1",
+                 "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS": "3"}
     if instance.efa:
         variables.update({"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1"})
         if instance.device_rdma:
@@ -147,7 +148,8 @@ def job_environment(spec: JobSpec) -> JobEnvironment:
     variables.update(run_environment(spec))
     variables.update(spec.env)
     if spec.launcher.kind == "neuron":
-        variables["NEURON_CC_FLAGS"] = neuron_compile_flags(spec.launcher.compile_cache, spec.env.get("NEURON_CC_FLAGS"))
+        variables["NEURON_CC_FLAGS"] = neuron_compile_flags(spec.launcher.compile_cache,
+                                                            spec.env.get("NEURON_CC_FLAGS"))
     # A user's own LD_LIBRARY_PATH replaces the preset's addition to it.
     library_dirs = () if "LD_LIBRARY_PATH" in spec.env else preset.library_dirs
     return JobEnvironment(variables, library_dirs, preset.summary)

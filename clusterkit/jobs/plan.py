@@ -28,7 +28,7 @@ from clusterkit.jobs import records
 from clusterkit.jobs.spec import JobSpec
 from clusterkit.jobs.validators import validate_job
 from clusterkit.providers import Cluster, open_cluster, resolve_cluster_name
-from clusterkit.slurm import Slurm, log_file
+from clusterkit.slurm import Slurm
 from clusterkit.transport import make_dirs, upload
 
 
@@ -59,8 +59,6 @@ class JobPlan:
     sbatch_args: tuple[str, ...] = ()  # besides the script, e.g. --exclude on a resubmission
     spec_file: str | None = None
     resubmitted_from: str | None = None
-    output_pattern: str | None = None  # the job's --output and --error, to find its log files
-    error_pattern: str | None = None
     # A cluster reached over SSH: the files copied from `upload_from` (here) into `workdir` (there).
     upload_from: str | None = None
     uploads: tuple[str, ...] = ()
@@ -111,8 +109,7 @@ def plan_job(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path |
     else:
         workdir_path = Path(workdir or spec.workdir or os.getcwd()).resolve()
     base = JobPlan(name=spec.name, spec=spec, script=None, cluster=name, workdir=str(workdir_path),
-                   spec_file=spec_file, output_pattern=spec.logs.output, error_pattern=spec.logs.error,
-                   upload_from=upload_from, uploads=uploads, slurm=slurm)
+                   spec_file=spec_file, upload_from=upload_from, uploads=uploads, slurm=slurm)
     if has_errors(findings):
         return dataclasses.replace(base, findings=tuple(findings))
     script = render_sbatch(spec)
@@ -194,13 +191,12 @@ def submit(plan: JobPlan) -> records.JobRecord:
             transport.run(["rm", "-rf", "--", plan.workdir])
         raise
     details = plan.slurm.job_details(job_id)
-    stdout = log_file(plan.output_pattern, details.get("StdOut"), plan.workdir)
-    stderr = log_file(plan.error_pattern, details.get("StdErr"), plan.workdir) or stdout
+    stdout = details.get("StdOut") or None  # job specs refuse the patterns Slurm takes literally (a backslash)
+    stderr = details.get("StdErr") or stdout
     record = records.JobRecord(job_id=job_id, cluster=plan.cluster, name=plan.name, kind="spec",
                                submitted=records.now(), stdout=stdout, stderr=stderr, spec_file=plan.spec_file,
                                workdir=plan.workdir, run_state_dir=plan.run_state_dir,
-                               resubmitted_from=plan.resubmitted_from, output_pattern=plan.output_pattern,
-                               error_pattern=plan.error_pattern)
+                               resubmitted_from=plan.resubmitted_from)
     records.save(record, script=plan.script)
     return record
 
@@ -212,8 +208,7 @@ def plan_from_record(record: records.JobRecord) -> JobPlan:
                               "no script to submit again", fix="resubmit it the way it was submitted")
     return JobPlan(name=record.name, spec=None, script=Path(record.script).read_text(), cluster=record.cluster,
                    workdir=record.workdir or os.getcwd(), run_state_dir=record.run_state_dir,
-                   spec_file=record.spec_file, output_pattern=record.output_pattern,
-                   error_pattern=record.error_pattern, slurm=open_cluster(record.cluster).slurm())
+                   spec_file=record.spec_file, slurm=open_cluster(record.cluster).slurm())
 
 
 def _run_directory_name(job_name: str) -> str:

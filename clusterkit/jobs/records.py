@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from clusterkit import registry
@@ -30,8 +30,6 @@ class JobRecord:
     workdir: str | None = None
     run_state_dir: str | None = None  # the supervisor's decisions and budget (supervised jobs)
     resubmitted_from: str | None = None  # the job this one replaces (clusterkit watch --resubmit)
-    output_pattern: str | None = None  # the job's --output and --error as submitted (see slurm.log_file)
-    error_pattern: str | None = None
 
 
 def jobs_dir(cluster: str) -> Path:
@@ -57,7 +55,7 @@ def save(record: JobRecord, script: str | None = None) -> Path:
 
 def load(cluster: str, job_id: str) -> JobRecord:
     try:
-        return JobRecord(**json.loads((jobs_dir(cluster) / f"{job_id}.json").read_text()))
+        return _record(jobs_dir(cluster) / f"{job_id}.json")
     except FileNotFoundError:
         raise NotFound(f"no job {job_id} submitted by clusterkit on cluster {cluster!r}",
                        fix="see `clusterkit jobs`") from None
@@ -74,10 +72,17 @@ def all_records(cluster: str) -> list[JobRecord]:
     directory = jobs_dir(cluster)
     if not directory.is_dir():
         return []
-    records = [JobRecord(**json.loads(p.read_text())) for p in directory.glob("*.json")]
+    records = [_record(path) for path in directory.glob("*.json")]
     return sorted(records, key=lambda r: _sort_key(r.job_id))
 
 
 def _sort_key(job_id: str) -> tuple[int, int]:
     base, _, task = job_id.partition("_")
     return (int(base) if base.isdigit() else 0, int(task) if task.isdigit() else -1)
+
+
+def _record(path: Path) -> JobRecord:
+    # Fields a record of another clusterkit version kept but this one does not know are left out.
+    data = json.loads(path.read_text())
+    known = {field.name for field in fields(JobRecord)}
+    return JobRecord(**{key: value for key, value in data.items() if key in known})

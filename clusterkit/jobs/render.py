@@ -106,8 +106,19 @@ def render_sbatch(spec: JobSpec) -> str:
     return str(template.render(job=sbatch_context(spec)))
 
 
+# The same rule in bash, printing the port on the node: the body of _rdzv.j2's clusterkit_rdzv_port,
+# and of the nccom-test job's (stack.nccl_tests), which has no rendered script of its own.
+RENDEZVOUS_PORT_SHELL = ShellText(f"""local rest=${{SLURM_CLUSTER_NAME:-}} hash=0 code
+while [[ -n $rest ]]; do
+  printf -v code '%d' "'${{rest:0:1}}"
+  hash=$(( (hash * 31 + code) % {PORT_SPAN} ))
+  rest=${{rest:1}}
+done
+echo $(( {PORT_BASE} + (SLURM_JOB_ID + hash) % {PORT_SPAN} ))""")
+
+
 def rendezvous_port(job_id: int, cluster_name: str = "") -> int:
-    """The port clusterkit_rdzv_port computes on the node for a job without launcher.port."""
+    """The port RENDEZVOUS_PORT_SHELL computes on the node for a job without launcher.port."""
     digest = 0
     for char in cluster_name:
         digest = (digest * 31 + ord(char)) % PORT_SPAN
@@ -136,6 +147,7 @@ def sbatch_context(spec: JobSpec) -> dict[str, Any]:
         "port": spec.launcher.port,
         "port_base": PORT_BASE,
         "port_span": PORT_SPAN,
+        "port_shell": RENDEZVOUS_PORT_SHELL,
         "processes_per_node": spec.processes,
         "cpu_bind": spec.launcher.cpu_bind,
         "compile": launcher == "neuron" and spec.launcher.compile,
@@ -170,9 +182,11 @@ def _task_functions(launcher: str, container_runtime: str) -> list[str]:
     """The script's functions a task needs besides its step function (declared into its shell)."""
     functions = []
     if launcher in ("torchrun", "neuron"):
-        functions += ["clusterkit_rdzv_host", "clusterkit_rdzv_port", "clusterkit_wait", "clusterkit_stopped_as_asked"]
+        functions += ["clusterkit_rdzv_host", "clusterkit_rdzv_port", "clusterkit_wait",
+                      "clusterkit_stopped_as_asked"]
     if container_runtime == "docker":
-        functions += ["clusterkit_wait", "clusterkit_stopped_as_asked", "clusterkit_docker", "clusterkit_docker_cleanup"]
+        functions += ["clusterkit_wait", "clusterkit_stopped_as_asked", "clusterkit_docker",
+                      "clusterkit_docker_cleanup"]
     return list(dict.fromkeys(functions))
 
 
@@ -214,8 +228,13 @@ def _supervisor_command(spec: JobSpec) -> list[str]:
         return []
     supervision = spec.supervise
     state_dir = runtime.run_state_dir(spec.checkpoint_dir) if spec.checkpoint_dir else None
+    warning = parse_warning(spec.signal) if spec.signal else None
+    # The warning's lead tells the supervisor a time limit (a planned requeue) from a preemption.
     return runtime.supervisor_command(supervision.python, hang_timeout=supervision.hang_timeout,
-                                      app_retries=supervision.app_retries, state_dir=state_dir)
+                                      app_retries=supervision.app_retries, state_dir=state_dir,
+                                      signal_lead=warning.seconds if warning else None,
+                                      max_time_limit_requeues=supervision.max_time_limit_requeues,
+                                      max_preemptions=supervision.max_preemptions)
 
 
 def _directives(spec: JobSpec, tasks_per_node: int) -> list[tuple[ShellText, str | None]]:

@@ -244,6 +244,11 @@ def restarts(spec: JobSpec) -> Iterator[Finding]:
                          spec.supervise.hang_timeout)
         if spec.supervise.app_retries < 0:
             yield _error("supervise.app_retries", "must be 0 or more", "write e.g. 1", spec.supervise.app_retries)
+        for name in ("max_time_limit_requeues", "max_preemptions"):
+            bound = getattr(spec.supervise, name)
+            if bound is not None and bound < 0:
+                yield _error(f"supervise.{name}", "must be 0 or more (leave it out for the default)", "write e.g. 20",
+                             bound)
         if not spec.supervise.python:
             yield _error("supervise.python", "is empty", "name an interpreter with clusterkit, e.g. python3")
 

@@ -151,6 +151,17 @@ class Supervisor:
         return (f"{usage.free / 2**20:.1f} MiB free of {usage.total / 2**20:.0f} MiB on {directory}, "
                 f"less than one checkpoint ({needed / 2**20:.1f} MiB)")
 
+    def saved_on_stop(self, newest_before: Path | None, exit_code: int) -> str:
+        """What the stopped step left: a checkpoint newer than the attempt's start, or none (the next
+        attempt then repeats the steps since the previous one)."""
+        if self.checkpoint_dir is None:
+            return f"the step exited {exit_code}"
+        newest = _newest_checkpoint(self.checkpoint_dir)
+        if newest is not None and newest != newest_before:
+            return f"the step saved {newest.name} (exit {exit_code})"
+        return f"the step exited {exit_code} with no new checkpoint; the next attempt repeats the steps since " \
+               f"{newest_before.name if newest_before else 'the start'}"
+
     # ----- the allocation ---------------------------------------------------------------------------
     def allocation_nodes(self) -> list[str]:
         return self.slurm.hostnames(os.environ.get("SLURM_JOB_NODELIST", ""))
@@ -332,6 +343,7 @@ class Supervisor:
             self.decide(CHECKPOINT_STORAGE_FULL, f"before the step: {full}; free space there, then resubmit",
                         free_bytes=_free_bytes(self.checkpoint_dir or self.state_dir.parent))
             return 1
+        newest_before = _newest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
         nodes = self.allocation_nodes()
         # The health check of every node runs beside the first try of the step, not before it: a resume
         # does not wait for it, and a bad node it finds stops the step.
@@ -356,7 +368,7 @@ class Supervisor:
                 left = self.warned_with_time_left
                 why = (f"warned {'before the time limit' if cause == TIME_LIMIT else 'of a preemption'}"
                        + (f" with {left:.0f} s left" if left is not None else "")
-                       + f"; the step saved its checkpoint (exit {outcome.exit_code})")
+                       + "; " + self.saved_on_stop(newest_before, outcome.exit_code))
                 if not self.spend(budget, "time_limit" if cause == TIME_LIMIT else "preemption", why):
                     return 1
                 self.decide(cause, why, exit_code=outcome.exit_code)
@@ -403,15 +415,22 @@ class Supervisor:
         return self.requeue()
 
 
-def _newest_checkpoint_bytes(directory: Path) -> int:
-    """Bytes of the newest committed checkpoint (`step-*`) under `directory`, 0 without one."""
+def _newest_checkpoint(directory: Path) -> Path | None:
+    """The newest committed checkpoint (`step-*`) under `directory`, None without one."""
     try:
-        steps = sorted((p for p in directory.iterdir() if p.name.startswith("step-") and p.is_dir()), reverse=True)
+        steps = [p for p in directory.iterdir() if p.name.startswith("step-") and p.is_dir()]
+    except OSError:
+        return None
+    return max(steps, key=lambda p: (len(p.name), p.name), default=None)  # step numbers may outgrow 8 digits
+
+
+def _newest_checkpoint_bytes(directory: Path) -> int:
+    """Bytes of the newest committed checkpoint under `directory`, 0 without one."""
+    newest = _newest_checkpoint(directory)
+    try:
+        return sum(f.stat().st_size for f in newest.rglob("*") if f.is_file()) if newest else 0
     except OSError:
         return 0
-    for step in steps[:1]:
-        return sum(f.stat().st_size for f in step.rglob("*") if f.is_file())
-    return 0
 
 
 def _free_bytes(directory: Path) -> int | None:

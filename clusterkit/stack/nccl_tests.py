@@ -117,7 +117,8 @@ def busbw_floor(instance: InstanceType, nodes: int) -> tuple[float, str] | None:
     published = PUBLISHED_HEALTHY_BUSBW.get((instance.name, nodes))
     if published is not None:
         return (round(FLOOR_FRACTION_OF_HEALTHY * published, 1),
-                f"{FLOOR_FRACTION_OF_HEALTHY:.0%} of a healthy {nodes}-node run ({published:g} GB/s, {PUBLISHED_SOURCE})")
+                f"{FLOOR_FRACTION_OF_HEALTHY:.0%} of a healthy {nodes}-node run "
+                f"({published:g} GB/s, {PUBLISHED_SOURCE})")
     if not instance.network_gbps or instance.accelerator == "none":
         return None
     line_rate = instance.network_gbps / 8
@@ -194,17 +195,15 @@ def _nccom_command(instance: InstanceType, nodes: int) -> list[str]:
     """nccom-test, started once, on the first node, for all of them: `--hosts` lists the nodes and
     NEURON_RT_ROOT_COMM_ID the first one's address with a port of the job's own (as the AWS nccom-tests
     sbatch does, with the job-derived port of clusterkit's rendezvous)."""
-    from clusterkit.jobs.render import PORT_BASE, PORT_SPAN
+    from clusterkit.jobs.render import RENDEZVOUS_PORT_SHELL
 
     args = shlex.join(nccom_test_args(instance, nodes))
     if nodes == 1:
         return ["nccom-test", *nccom_test_args(instance, nodes)]
-    script = ('if [[ ${SLURM_PROCID:-0} != 0 ]]; then exit 0; fi; '
-              'mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST"); '
-              'rest=${SLURM_CLUSTER_NAME:-}; hash=0; '
-              'while [[ -n $rest ]]; do printf -v code "%d" "\'${rest:0:1}"; '
-              f'hash=$(( (hash * 31 + code) % {PORT_SPAN} )); rest=${{rest:1}}; done; '
-              f'export NEURON_RT_ROOT_COMM_ID="${{hosts[0]}}:$(( {PORT_BASE} + (SLURM_JOB_ID + hash) % {PORT_SPAN} ))"; '
+    script = (f'clusterkit_rdzv_port() {{\n{RENDEZVOUS_PORT_SHELL}\n}}\n'
+              'if [[ ${SLURM_PROCID:-0} != 0 ]]; then exit 0; fi\n'
+              'mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")\n'
+              'export NEURON_RT_ROOT_COMM_ID="${hosts[0]}:$(clusterkit_rdzv_port)"\n'
               f'exec nccom-test {args} --hosts ${{hosts[@]+"${{hosts[@]}}"}}')
     return ["bash", "-c", script, "nccom-test"]
 

@@ -52,17 +52,20 @@ case $command in
     # TERM/USR1/USR2 on to the program.
     (env --default-signal setsid bash -c '
       echo $$ > "$1/pid"; shift
+      for sig in TERM USR1 USR2; do trap "kill -$sig \$child 2>/dev/null" "$sig"; done
       "$@" &
       child=$!
-      for sig in TERM USR1 USR2; do trap "kill -$sig $child 2>/dev/null" "$sig"; done
       while kill -0 "$child" 2>/dev/null; do wait "$child"; status=$?; done
       echo "$status" > "$(dirname "$0")/exit"
     ' "$dir/init" "$dir" "$@" </dev/null >>"$dir/output" 2>&1 &)
     until [[ -s $dir/pid ]]; do sleep 0.05; done
     pid=$(container_pid "$name")
+    # The container's output as it comes (as docker's attached client shows it), kept if it is removed.
+    tail --lines=+1 --follow --pid="$pid" "$dir/output" 2>/dev/null &
+    tailer=$!
     while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
     status=$(cat "$dir/exit" 2>/dev/null || echo 137)
-    cat "$dir/output" 2>/dev/null
+    wait "$tailer"
     if [[ -n $rm && -d $dir ]]; then remove "$name"; fi
     exit "$status"
     ;;

@@ -120,7 +120,8 @@ def test_docker_gets_the_nodes_devices_and_environment_names(fake_slurm) -> None
     for device in ("infiniband/uverbs0", "infiniband/uverbs1", "neuron0"):
         (dev / device).parent.mkdir(parents=True, exist_ok=True)
         (dev / device).touch()
-    result = fake_slurm.run(script.replace("/dev/infiniband", f"{dev}/infiniband").replace("/dev/neuron", f"{dev}/neuron"),
+    script = script.replace("/dev/infiniband", f"{dev}/infiniband").replace("/dev/neuron", f"{dev}/neuron")
+    result = fake_slurm.run(script,
                             extra_env={"SLURM_RESTART_COUNT": "0"})
     assert result.returncode == 0, result.stderr
     runs = [call.argv for call in fake_slurm.calls("docker") if call.argv[0] == "run"]

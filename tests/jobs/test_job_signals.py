@@ -4,6 +4,7 @@ save and stop through scancel, sees the task end as asked, and requeues the job.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit import runtime
 from clusterkit.jobs.render import render_sbatch
 
 from tests.fakes import FakeSlurm
@@ -85,3 +87,18 @@ def test_the_warning_stops_the_step_gracefully_then_requeues(fake_slurm: FakeSlu
     else:
         assert (fake_slurm.log / "requeued").read_text() == "42\n"
         assert "requeueing job 42" in output
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"signal": "USR1@90", "supervise": True}, {"signal_lead": 90.0, "max_time_limit_requeues": 100,
+                                                  "max_preemptions": -1}),
+    ({"supervise": {"max_time_limit_requeues": 3, "max_preemptions": 0}},
+     {"signal_lead": None, "max_time_limit_requeues": 3, "max_preemptions": 0}),
+])
+def test_the_supervisor_is_told_the_warnings_lead_and_its_budgets(fields: dict, expected: dict) -> None:
+    """The lead tells a time limit from a preemption; the bounds reach the supervisor as the spec says."""
+    script = render_sbatch(make_spec(**fields))
+    line = next(line for line in script.splitlines() if runtime.SUPERVISOR_MODULE in line)
+    words = shlex.split(line.rstrip("\\"))
+    parsed = runtime.supervisor_parser().parse_args(words[words.index(runtime.SUPERVISOR_MODULE) + 1:-1])
+    assert {name: getattr(parsed, name) for name in expected} == expected

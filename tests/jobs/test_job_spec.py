@@ -189,6 +189,8 @@ def test_not_a_mapping_and_bad_yaml(tmp_path: Path) -> None:
     ({"logs": {"output": "logs/%j\x85.out"}}, "logs.output", Level.ERROR),
     ({"command": {"script": "train\n.py"}}, "command.script", Level.ERROR),
     ({"supervise": {"python": "python3\nid"}}, "supervise.python", Level.ERROR),
+    ({"supervise": {"max_preemptions": -1}}, "supervise.max_preemptions", Level.ERROR),
+    ({"supervise": {"max_time_limit_requeues": -5}}, "supervise.max_time_limit_requeues", Level.ERROR),
     ({"container": {"runtime": "pyxis", "image": "/fsx/i.sqsh", "workdir": "/fsx/\tw"}}, "container.workdir",
      Level.ERROR),
     ({"stack": {"nccl": "2.19\n"}}, "stack.nccl", Level.ERROR),

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slurm
 FAKE_DOCKER = Path(__file__).with_name("fake_docker.sh")
 VENV_BIN = str(Path(sys.executable).parent)
 # The program in the container: saves (here: says so) and exits when asked to stop, else runs long.
-SAVES_ON_STOP = 'trap "echo saving; sleep 1; exit 0" TERM USR1; sleep 300 & wait'
+# It says "ready" once it can: a stop asked for before that would find no trap.
+SAVES_ON_STOP = 'trap "echo saving; sleep 1; exit 0" TERM USR1; echo ready; sleep 300 & wait'
 
 
 class Docker:
@@ -63,6 +64,13 @@ class Docker:
                              interval=0.2)
         return self.events("started")
 
+    def wait_ready(self, count: int) -> None:
+        """Until `count` containers' programs have said "ready" (they trap the stop signals)."""
+        def ready() -> int:
+            outputs = (self.state / "containers").glob("*/output")
+            return sum("ready" in path.read_text(errors="replace") for path in outputs)
+        processes.wait_until(lambda: ready() >= count, 60, f"{count} containers to be ready", interval=0.2)
+
     def wait_all_removed(self, timeout: float = 40) -> None:
         processes.wait_until(lambda: not self.existing(), timeout, "the job's containers to be removed", interval=0.3)
         assert self.running_processes() == []
@@ -98,6 +106,7 @@ def test_cancel_removes_the_containers_which_ran_as_the_jobs_user(local_cluster,
     assert [user for _, _, _, _, user in started] == [f"{os.getuid()}:{os.getgid()}"] * 2
     assert {name for name, *_ in started} == {f"clusterkit-{local_cluster.config.slurm_cluster_name}-"
                                               f"{handle.job_id}-0-{task}" for task in (0, 1)}
+    docker.wait_ready(2)
     handle.cancel()
     assert handle.wait(timeout=60, poll=0.3) == "CANCELLED"
     docker.wait_all_removed()
@@ -155,5 +164,6 @@ def test_the_supervisor_stopping_a_hung_step_removes_the_containers(local_cluste
     assert handle.wait(timeout=120, poll=0.5) == "FAILED"
     docker.wait_all_removed()
     log = handle.stdout()
-    assert "clusterkit supervisor: hang" in log and "asking the step to save and stop (SIGUSR2)" in log
+    # With no restart left the decision is budget_exhausted, with the hang as its evidence.
+    assert "made no progress past step 1 for 5 s" in log and "asking the step to save and stop (SIGUSR2)" in log
     assert log.count("saving") == 2  # each container's program was asked to stop, then removed

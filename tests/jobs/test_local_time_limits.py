@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit import runtime
 from clusterkit.jobs.render import rendezvous_port
 from clusterkit.jobs.spec import job_from_dict
 from clusterkit.jobs.submit import submit_job
@@ -71,12 +72,15 @@ def test_an_unsupervised_job_checkpoints_and_requeues_at_each_limit(local_cluste
 
 @pytest.mark.slow
 def test_a_supervised_job_checkpoints_and_requeues_at_each_limit(local_cluster, workdir, uninterrupted_digest):
-    handle = submit_job(job_from_dict(timed_spec("timed-supervised", supervise=True)), local_cluster.name,
-                        workdir=workdir)  # the default restart budget
+    # A restart budget of one, and training long enough (~105 s) for at least two requeues at the limit:
+    # planned requeues spend none of the budget.
+    env = {"TRAIN_STEPS": str(STEPS), "STEP_SECONDS": "0.7", "CHECKPOINT_EVERY": "100000"}
+    handle = submit_job(job_from_dict(timed_spec("timed-supervised", supervise=True, max_restarts=1, env=env)),
+                        local_cluster.name, workdir=workdir)
     assert_checkpointed_requeued_and_identical(handle, workdir, uninterrupted_digest)
-    decisions = [json.loads(line)["decision"]
-                 for line in (workdir / "run/.clusterkit/decisions.jsonl").read_text().splitlines()]
-    assert decisions[-1] == "completed" and set(decisions[:-1]) == {"preempted"}, decisions
+    decisions = [entry["decision"] for entry in runtime.read_decisions(workdir / "run/.clusterkit/decisions.jsonl")]
+    assert decisions[-1] == "completed" and set(decisions[:-1]) == {"time_limit"}, decisions
+    assert len(decisions) - 1 >= 2, decisions  # more requeues than a budget of failures would allow
 
 
 def test_two_jobs_sharing_their_first_node_meet_in_two_stores(local_cluster, workdir):

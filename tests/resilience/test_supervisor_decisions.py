@@ -170,3 +170,20 @@ def supervise_with_signals(tmp_path: Path, step: str, slurm: ScriptedSlurm, **se
     finally:
         signals.signal(signals.SIGUSR1, previous)
     return code, runtime.read_decisions(tmp_path / "state" / "decisions.jsonl")
+
+
+@pytest.mark.parametrize("saves", [True, False])
+def test_the_evidence_of_a_requeue_says_whether_the_step_saved(tmp_path, saves: bool):
+    checkpoints = tmp_path / "run"
+    (checkpoints / "step-00000005").mkdir(parents=True)
+    on_stop = f"os.mkdir({str(checkpoints / 'step-00000007')!r}); sys.exit(0)" if saves else "sys.exit(1)"
+    step = WAIT_FOR_THE_SIGNAL.replace("lambda *_: sys.exit(0)", f"lambda *_: exec({on_stop!r})")
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
+    slurm.seconds_left = 58
+    code, made = supervise_with_signals(tmp_path, step, slurm, signal_lead=60, checkpoint_dir=checkpoints)
+    assert [d["decision"] for d in made] == ["time_limit"]
+    if saves:
+        assert "the step saved step-00000007 (exit 0)" in made[0]["evidence"]
+    else:
+        assert "exited 1 with no new checkpoint; the next attempt repeats the steps since step-00000005" \
+            in made[0]["evidence"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from clusterkit.catalog import instance_type
-from clusterkit.jobs.render import render_sbatch
+from clusterkit.jobs.render import render_sbatch, rendezvous_port
 from clusterkit.stack.doctor import Status
 from clusterkit.catalog import INSTANCE_TYPES
 from clusterkit.stack.nccl_tests import (BUFFERS_PER_RANK, GIB, BandwidthReport, all_reduce_args,
@@ -93,7 +93,8 @@ def test_judge_without_results_or_floor() -> None:
 
 def test_the_node_to_instance_map_is_read_from_the_log() -> None:
     log = ("clusterkit: node st-p5-1 is instance i-0123456789abcdef0\n"
-           "1: clusterkit: node st-p5-2 is instance i-0fedcba9876543210\n" + fixture_text("nccl-tests_p5_2nodes_aws.txt"))
+           "1: clusterkit: node st-p5-2 is instance i-0fedcba9876543210\n"
+           + fixture_text("nccl-tests_p5_2nodes_aws.txt"))
     assert parse_bus_bandwidth(log).instances == (("st-p5-1", "i-0123456789abcdef0"),
                                                   ("st-p5-2", "i-0fedcba9876543210"))
 
@@ -150,11 +151,14 @@ def test_trainium_job_runs_nccom_test_across_nodes(nodes: int) -> None:
 
 def test_multi_node_nccom_test_runs_once_with_every_host(fake_slurm) -> None:
     script = render_sbatch(nccl_test_spec(2, instance_type="trn1"))
-    fake_slurm.link("nccom-test", str(fake_slurm.bin / "prog"))
-    result = fake_slurm.run(script, copies=2)
+    nccom = fake_slurm.bin / "nccom-test"  # records its arguments and the root address it was given
+    nccom.write_text('#!/bin/bash\nprintf "%s\\n" "$NEURON_RT_ROOT_COMM_ID" "$@" >> "$CK_SHIM_LOG/nccom"\n')
+    nccom.chmod(0o755)
+    result = fake_slurm.run(script, copies=2, extra_env={"SLURM_CLUSTER_NAME": "train-a"})
     assert result.returncode == 0, result.stderr
-    (run,) = fake_slurm.calls("nccom-test") or fake_slurm.calls("prog")
-    assert run.argv[-3:] == ["--hosts", "node-3", "node-4"]
+    root, *argv = (fake_slurm.log / "nccom").read_text().splitlines()
+    assert argv[-3:] == ["--hosts", "node-3", "node-4"]
+    assert root == f"node-3:{rendezvous_port(42, 'train-a')}"  # the port torchrun's rendezvous would use
 
 
 @pytest.mark.parametrize("instance,nodes,image", [("p5", 4, None), ("p4d", 2, "/fsx/images/nccl.sqsh"),
