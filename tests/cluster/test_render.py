@@ -237,3 +237,20 @@ def test_a_database_clusterkit_makes_is_a_placeholder_until_its_stack_exists() -
     assert config["Scheduling"]["SlurmSettings"]["Database"] == {
         "Uri": outputs["DatabaseUri"], "UserName": "clusterkit", "PasswordSecretArn": outputs["DatabaseSecretArn"]}
     assert config["HeadNode"]["Networking"]["AdditionalSecurityGroups"] == ["sg-0123456789abcdef0"]
+
+
+def test_the_p4de_preset_has_a_database_unless_accounting_none_opts_out() -> None:
+    from clusterkit.cluster import validate
+    from clusterkit.findings import Level
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "cluster-configs" / "p4de.yaml").read_text())
+    spec, _ = load_spec_data(data)
+    assert "Database" in render_config(spec)["Scheduling"]["SlurmSettings"]
+    (too_long,) = [f for f in validate(load_spec_data({**data, "name": "c" * 41})[0]) if f.level is Level.ERROR]
+    assert too_long.path == "name" and "at most 40 allowed with Slurm accounting" in too_long.message
+    opted_out, _ = load_spec_data({**data, "name": "c" * 41, "slurm": {**data["slurm"], "accounting": "none"}})
+    assert "Database" not in render_config(opted_out)["Scheduling"]["SlurmSettings"]
+    findings = validate(opted_out)
+    assert not [f for f in findings if f.level is Level.ERROR]  # 41 characters: fine without accounting
+    assert any(f.path == "slurm.accounting" and f.level is Level.WARNING and "no Slurm accounting database" in
+               f.message for f in findings)
