@@ -70,3 +70,47 @@ def test_a_created_cluster_runs_slurm_on_its_head_node_with_the_installed_cluste
     assert registry.load("train").details["ssh"]["host"] == "203.0.113.7"  # kept: no describe next time
     assert cluster.python() == f"/fsx/clusterkit/venv-{__version__}/bin/python"
     assert cluster.runs_dir() == "/fsx/clusterkit-runs/ubuntu"
+
+
+HEAD_NODE_SLURM = {  # what the head node of a preset cluster answers, as Slurm 24 prints it
+    ("scontrol", "show", "config"): "AccountingStorageType   = accounting_storage/slurmdbd\nJobRequeue = 1\n",
+    ("sinfo", "-h", "-o", "%P|%D|%G|%c"): "train*|4|gpu:8|96\ncpu|4|(null)|16\n",
+    ("srun", "--help"): "Usage: srun [OPTIONS...]\n      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH\n"
+                        "      --container-env=NAME[,NAME...]\n",
+}
+
+
+def test_a_supervised_job_on_that_cluster_passes_its_preflight_and_runs_the_installed_supervisor(
+        backend, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001, F811
+        tmp_path: Path) -> None:
+    import subprocess
+
+    from clusterkit.jobs.plan import plan_job
+    from clusterkit.jobs.spec import job_from_dict
+    from clusterkit.transport import SshTransport
+
+    backend.head_node["publicIpAddress"] = "203.0.113.7"
+    assert create(capsys)[0] == 0
+    asked: list[list[str]] = []
+
+    def head_node(self: SshTransport, argv: list[str], **_: object) -> subprocess.CompletedProcess[bytes]:
+        asked.append(argv)
+        answer = HEAD_NODE_SLURM.get(tuple(argv))
+        if answer is not None:
+            return subprocess.CompletedProcess(argv, 0, answer.encode(), b"")
+        if argv[0] in ("sh", "test"):  # directories may be made, the image file is there
+            return subprocess.CompletedProcess(argv, 0, b"", b"")
+        return subprocess.CompletedProcess(argv, 127, b"", f"{argv[0]}: not faked".encode())
+
+    monkeypatch.setattr(SshTransport, "run", head_node)
+    python = open_cluster("train").python()
+    (tmp_path / "train.py").write_text("print('train')\n")
+    spec = job_from_dict({"name": "llama", "partition": "train", "nodes": 2, "launcher": "torchrun",
+                          "command": {"script": "train.py"}, "checkpoint_dir": "/fsx/checkpoints/llama",
+                          "container": {"runtime": "pyxis", "image": "/fsx/images/pytorch.sqsh", "mounts": ["/fsx"]},
+                          "supervise": {"python": python}})
+    plan = plan_job(spec, cluster="train", source=tmp_path, sync=["train.py"])
+    assert [str(f) for f in plan.findings if f.level.value in ("error", "warning")] == []
+    assert plan.workdir.startswith("/fsx/clusterkit-runs/ubuntu/")
+    assert f"{python} -m clusterkit" in plan.script or f"{python}' -m clusterkit" in plan.script, plan.script
+    assert ["scontrol", "show", "config"] in asked
