@@ -114,3 +114,22 @@ def test_a_supervised_job_on_that_cluster_passes_its_preflight_and_runs_the_inst
     assert plan.workdir.startswith("/fsx/clusterkit-runs/ubuntu/")
     assert f"{python} -m clusterkit" in plan.script or f"{python}' -m clusterkit" in plan.script, plan.script
     assert ["scontrol", "show", "config"] in asked
+
+
+def test_without_credentials_the_head_node_is_one_line_naming_both_ways_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("pcluster", reason="aws-parallelcluster (the `validate` extra) is not installed")
+    from clusterkit.cli import main
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("CLUSTERKIT_HOME", str(tmp_path / "home"))
+    registry.save(registry.ClusterRecord("train", "aws", "2026-11-30T00:00:00+00:00",
+                                         {"region": "us-east-1", "stack_id": "x", "config_file": "x"}))
+    assert main(["status", "1", "--cluster", "train"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: jobs on cluster 'train' are submitted from its head node")
+    assert "Unable to locate credentials" in err and "aws configure" in err and "--cluster host" in err

@@ -365,7 +365,14 @@ class AwsCluster:
 
     def slurm(self) -> Slurm:
         """Slurm on the head node, over SSH: its public address, else through SSM Session Manager."""
-        return Slurm(transport=SshTransport(self.ssh_target()))
+        try:
+            target = self.ssh_target()
+        except ClusterkitError as error:
+            raise ClusterkitError(f"jobs on cluster {self.name!r} are submitted from its head node, which clusterkit "
+                                  f"cannot find: {error.message}",
+                                  fix=(f"{error.fix}; " if error.fix else "")
+                                  + "or run clusterkit on the head node with --cluster host") from None
+        return Slurm(transport=SshTransport(target))
 
     def ssh_target(self) -> SshTarget:
         """How to reach the head node: kept in the record once known, else from ParallelCluster's describe."""
