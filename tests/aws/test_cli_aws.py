@@ -375,3 +375,46 @@ def test_the_queues_of_a_multi_subnet_queue_are_known_to_jobs() -> None:
                      "storage.lustre", [])
     config = render_config(load_spec_data(data)[0])
     assert queue_instance_types(config) == {"gpu": ["p4de.24xlarge"], "cpu": ["c5.4xlarge"]}
+
+
+def test_the_offline_dry_run_writes_the_prerequisites_template_beside_the_config(
+        aws_env: None, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    config, template = tmp_path / "cluster.yaml", tmp_path / "prerequisites.yaml"
+    code, out, err = create(capsys, "--dry-run", "--output-config", str(config), "--output-prerequisites",
+                            str(template))
+    assert code == 0, err
+    assert f"wrote {template}" in out
+    resources = yaml.safe_load(template.read_text())["Resources"]
+    assert {"Vpc", "PrivateSubnet", "NatGateway", "Database", "DatabaseSecret"} <= set(resources)
+    assert "Database" in yaml.safe_load(config.read_text())["Scheduling"]["SlurmSettings"]
+    assert "NAT gateway" in out and "accounting database" in out  # their cost per hour in the summary
+    code, out, _ = create(capsys, "--dry-run", "--output", "json", "--output-prerequisites", str(template))
+    assert code == 0 and json.loads(out)["prerequisites_file"] == str(template)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("--output-prerequisites", "t.yaml"), "--output-prerequisites writes the template of a dry run"),
+    (("--dry-run", "--account-dry-run"), "--dry-run stays offline; --account-dry-run asks the account"),
+])
+def test_the_dry_run_flags_are_refused_in_one_line(aws_env: None, capsys: pytest.CaptureFixture, extra: tuple[str, ...],
+                                                   message: str) -> None:
+    code, _, err = create(capsys, *extra)
+    assert code != 0 and err.startswith(f"error: {message}") and err.count("\n") == 1
+
+
+def test_a_template_for_a_spec_that_needs_none_is_refused_and_nothing_written(
+        aws_env: None, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    spec_file = _spec_without_accounting(tmp_path, subnet_id="subnet-0123456789abcdef0")
+    template = tmp_path / "prerequisites.yaml"
+    code, _, err = create(capsys, "--file", str(spec_file), "--dry-run", "--output-prerequisites", str(template))
+    assert code == 1 and "needs no prerequisites stack" in err and "drop --output-prerequisites" in err
+    assert not template.exists()
+
+
+def test_the_template_is_not_written_to_a_fifo(aws_env: None, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code, _, err = create(capsys, "--dry-run", "--output-prerequisites", str(fifo))
+    assert code == 1 and err.count("\n") == 1 and str(fifo) in err
