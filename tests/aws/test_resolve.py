@@ -106,6 +106,15 @@ def test_a_reservation_decides_the_zone_of_the_chosen_subnet(aws) -> None:  # no
     assert resolution.chosen["availability_zone"] == "us-east-1c"
 
 
+@pytest.mark.parametrize("zone", ["us-east-1b", "us-east-1c"])
+def test_a_reservation_decides_the_zone_of_a_network_of_clusterkits_own(aws, zone: str) -> None:  # noqa: ANN001
+    answer_reservations(aws.client("ec2"), reservation(zone=zone, count=4))  # the default VPC only: all public
+    resolution = resolve(with_reservation(p4de()), aws, ACCOUNT)
+    assert resolution.ok, errors(resolution)
+    assert resolution.prerequisites is not None and resolution.prerequisites.network
+    assert resolution.parameters["AvailabilityZone"] == resolution.chosen["availability_zone"] == zone
+
+
 def test_a_scheduled_capacity_block_is_usable(aws) -> None:  # noqa: ANN001
     private_subnets(aws.client("ec2"), "us-east-1b", "us-east-1c")
     answer_reservations(aws.client("ec2"), reservation(state="scheduled", kind="capacity-block", zone="us-east-1b"))
