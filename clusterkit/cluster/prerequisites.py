@@ -78,6 +78,11 @@ class Prerequisites:
     def to_dict(self) -> dict[str, bool]:
         return {"network": self.network, "database": self.database}
 
+    @classmethod
+    def held_by(cls, outputs: dict[str, str]) -> Prerequisites:
+        """What a stack made earlier holds, from its outputs."""
+        return cls(network="PrivateSubnetId" in outputs, database="DatabaseUri" in outputs)
+
 
 def planned(spec: ClusterSpec) -> Prerequisites:
     """What a create of this spec makes, as far as the spec alone tells: with `network` unset and no subnet

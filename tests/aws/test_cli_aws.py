@@ -12,9 +12,8 @@ import yaml
 from clusterkit import registry
 from clusterkit.cli import main
 from clusterkit.findings import Finding, Level
-from clusterkit.providers.aws import cluster as aws_cluster
 
-from .conftest import REGION, answer, answer_reservations, private_subnets, reservation
+from .conftest import REGION, answer, answer_reservations, private_subnets, reservation, use_fake_parallelcluster
 from .fake_backend import FakeParallelCluster
 
 
@@ -23,11 +22,7 @@ def backend(mocked: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Fa
     import boto3
 
     private_subnets(boto3.client("ec2", region_name=REGION), "us-east-1b", "us-east-1c")
-    fake = FakeParallelCluster()
-    monkeypatch.setenv("CLUSTERKIT_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(aws_cluster, "ParallelClusterBackend", lambda: fake)
-    monkeypatch.setattr(aws_cluster, "POLL_SECONDS", 0)
-    return fake
+    return use_fake_parallelcluster(FakeParallelCluster(), monkeypatch, tmp_path / "home")
 
 
 def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:

@@ -18,9 +18,8 @@ from clusterkit import registry
 from clusterkit.cli import main
 from clusterkit.cluster.prerequisites import CREATED_FOR_TAG, LAYOUT, LAYOUT_TAG
 from clusterkit.findings import Finding, Level
-from clusterkit.providers.aws import cluster as aws_cluster
 
-from .conftest import _offline_aws
+from .conftest import parallelcluster_world, use_fake_parallelcluster
 from .fake_backend import FakeParallelCluster
 
 pytestmark = pytest.mark.slow
@@ -47,35 +46,14 @@ class DryRunForReal(FakeParallelCluster):
 
 @pytest.fixture(scope="module")
 def empty_world(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    pytest.importorskip("pcluster", reason="aws-parallelcluster (the `validate` extra) is not installed")
-    import shutil
-
-    if shutil.which("node") is None:
-        pytest.skip("ParallelCluster needs Node.js on PATH")
-    from moto import mock_aws
-
-    from .parallelcluster_world import ParallelClusterWorld, use_local_region_list
-
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        _offline_aws(monkeypatch, tmp_path_factory.mktemp("aws"))
-        monkeypatch.setenv("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
-        with mock_aws():
-            use_local_region_list()
-            world = ParallelClusterWorld(empty_account=True)
-            world.region(REGION)
-            try:
-                yield world
-            finally:
-                world.close()
+    for world in parallelcluster_world(tmp_path_factory, empty_account=True):
+        world.region(REGION)  # the region's images and gaps, before any test asks
+        yield world
 
 
 @pytest.fixture
 def backend(empty_world: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> DryRunForReal:
-    fake = DryRunForReal()
-    monkeypatch.setenv("CLUSTERKIT_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(aws_cluster, "ParallelClusterBackend", lambda: fake)
-    monkeypatch.setattr(aws_cluster, "POLL_SECONDS", 0)
-    return fake
+    return use_fake_parallelcluster(DryRunForReal(), monkeypatch, tmp_path / "home")
 
 
 def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:

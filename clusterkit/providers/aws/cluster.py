@@ -230,7 +230,8 @@ def _resolved_prerequisites(resolution: Resolution, name: str) -> dict[str, Any]
         return {**_prerequisites_details(resolution.prerequisites, name), "stack": resolution.stack,
                 "create": True, "parameters": dict(resolution.parameters)}
     if resolution.stack is not None:
-        return {"stack": resolution.stack, "create": False}
+        held = resolution.reused or Prerequisites(network=False, database=False)
+        return {"stack": resolution.stack, "create": False, **held.to_dict(), "cost_per_hour": held.cost_per_hour()}
     return None
 
 

@@ -48,6 +48,7 @@ class Resolution:
     # clusterkit's prerequisites stack: the one the cluster uses (`stack`), and what apply creates when it is new.
     stack: str | None = None
     prerequisites: Prerequisites | None = None  # None: nothing to create (none needed, or `stack` made earlier)
+    reused: Prerequisites | None = None  # what `stack` holds when it was made earlier
     parameters: dict[str, str] = field(default_factory=dict)
     stand_in: str | None = None  # a subnet of the new network's zone, for ParallelCluster's dry run before it exists
 
@@ -413,6 +414,7 @@ def _plan_database(resolution: Resolution, lookup: _Lookup) -> None:
 def _use_stack(resolution: Resolution, stack: dict[str, Any]) -> None:
     resolution.spec = with_outputs(resolution.spec, stack["outputs"])
     resolution.stack = stack["name"]
+    resolution.reused = Prerequisites.held_by(stack["outputs"])
     resolution.chosen.update(prerequisites_stack=f"{stack['name']} (made earlier, reused)")
     if "AvailabilityZone" in stack["outputs"]:
         resolution.chosen["availability_zone"] = stack["outputs"]["AvailabilityZone"]
