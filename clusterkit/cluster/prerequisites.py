@@ -47,9 +47,6 @@ DATABASE_PER_HOUR = 0.032  # db.t4g.small, MySQL, single-AZ
 DATABASE_STORAGE_PER_GIB_MONTH = 0.115  # gp3
 HOURS_PER_MONTH = 730
 
-OUTPUTS_NETWORK = ("VpcId", "PublicSubnetId", "PrivateSubnetId", "AvailabilityZone")
-OUTPUTS_DATABASE = ("DatabaseUri", "DatabaseUserName", "DatabaseSecretArn", "DatabaseClientSecurityGroupId")
-
 Template = dict[str, Any]
 
 

@@ -835,7 +835,8 @@ def clusterkit_on_nodes(spec: ClusterSpec) -> Iterator[Finding]:
                      "e.g. clusterkit==0.1.0 or https://example.com/clusterkit-0.1.0-py3-none-any.whl", package)
     if spec.clusterkit.install:
         yield _info("clusterkit.install", f"the head node installs clusterkit into {clusterkit_venv(spec)} (shared "
-                    f"storage): a job's supervise.python is {clusterkit_venv(spec)}/bin/python",
+                    f"storage): supervised jobs run {clusterkit_venv(spec)}/bin/python unless supervise.python "
+                    "names another",
                     "set clusterkit.install: false to leave clusterkit off the nodes")
 
 

@@ -108,10 +108,11 @@ def test_a_supervised_job_on_that_cluster_passes_its_preflight_and_runs_the_inst
     spec = job_from_dict({"name": "llama", "partition": "train", "nodes": 2, "launcher": "torchrun",
                           "command": {"script": "train.py"}, "checkpoint_dir": "/fsx/checkpoints/llama",
                           "container": {"runtime": "pyxis", "image": "/fsx/images/pytorch.sqsh", "mounts": ["/fsx"]},
-                          "supervise": {"python": python}})
+                          "supervise": True})  # no interpreter named: the cluster's installed one
     plan = plan_job(spec, cluster="train", source=tmp_path, sync=["train.py"])
     assert [str(f) for f in plan.findings if f.level.value in ("error", "warning")] == []
     assert plan.workdir.startswith("/fsx/clusterkit-runs/ubuntu/")
+    assert python.startswith("/fsx/") and python != "python3"
     assert f"{python} -m clusterkit" in plan.script or f"{python}' -m clusterkit" in plan.script, plan.script
     assert ["scontrol", "show", "config"] in asked
 
