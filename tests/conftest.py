@@ -28,6 +28,25 @@ SHARED_CLUSTER = "pytest"
 RESILIENT_STEPS = 40  # examples/train_resilient.py's length in the end-to-end tests
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (scripts/test.sh runs two workers), the tests on the real local cluster all go to one
+    worker, in order: they share one cluster per session."""
+    for item in items:
+        if item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under xdist, the other tests yield the CPU to those on the real cluster, which Slurm times
+    (warnings, heartbeats, KillWait) and which mostly wait: the others soak up the idle time."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, 0 if item.get_closest_marker("slurm") else 10)
+    except PermissionError:  # only root may lower it again, and only root runs the cluster's tests
+        pass
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_SESSION_HOME, ignore_errors=True)
 

@@ -28,7 +28,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     create.add_argument("--name", required=True, help="cluster name")
     create.add_argument("--provider", choices=("local", "aws"), default=None,
                         help="where the cluster runs (default: aws with --preset/--file, else local)")
-    create.add_argument("--dry-run", action="store_true", help="show what would be done; change nothing")
+    create.add_argument("--dry-run", action="store_true", help="show what would be done; change nothing (offline)")
+    create.add_argument("--account-dry-run", action="store_true",
+                        help="AWS: check credentials, resolve the spec against the account, render the prerequisites "
+                             "and run ParallelCluster's own dry run; create nothing")
     local = create.add_argument_group("local provider")
     local.add_argument("--nodes", type=int, default=4, help="number of nodes (default 4)")
     local.add_argument("--cpus-per-node", type=int, default=2, help="CPUs per node (default 2)")
@@ -48,6 +51,12 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     source.add_argument("--output-config", metavar="FILE",
                         help="write the ParallelCluster config here (the same bytes with and without --dry-run "
                              "when the spec names its subnet, scripts bucket and AMI id)")
+    source.add_argument("--output-prerequisites", metavar="FILE",
+                        help="with --dry-run or --account-dry-run: write the CloudFormation template of clusterkit's "
+                             "prerequisites stack (network, accounting database) here, to review beside the config")
+    source.add_argument("--identity-file", metavar="KEY",
+                        help="the SSH key for the head node (default: ~/.ssh/KEY_NAME.pem or ~/.ssh/KEY_NAME, else "
+                             "your agent and ssh config)")
     source.add_argument("--custom-ami", metavar="NAME_OR_ID",
                         help="boot nodes from this AMI: an ami- id, or a name looked up at create (overrides "
                              "the spec's image.custom_ami)")
@@ -114,12 +123,17 @@ def create_cluster(args: argparse.Namespace) -> int:
     request = ClusterRequest(
         name=args.name, provider=args.provider, preset=args.preset, spec_file=args.file, region=args.region,
         subnet_id=args.subnet_id, head_subnet_id=args.head_subnet_id, key_name=args.key_name,
-        custom_ami=args.custom_ami, nodes=args.nodes,
+        custom_ami=args.custom_ami, identity_file=args.identity_file, nodes=args.nodes,
         cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node, ssh=args.ssh)
     provider = provider_named(request.provider_name)
     if args.output_config and request.provider_name != "aws":
         raise ClusterkitError("--output-config writes a ParallelCluster config; a local cluster has none",
                               fix="drop --output-config, or use --provider aws")
+    if args.output_prerequisites and not (args.dry_run or args.account_dry_run):
+        raise ClusterkitError("--output-prerequisites writes the template of a dry run",
+                              fix="add --dry-run (offline) or --account-dry-run")
+    if args.dry_run and args.account_dry_run:
+        raise ClusterkitError("--dry-run stays offline; --account-dry-run asks the account", fix="choose one")
     plan = provider.plan(request)
     if args.dry_run:
         return _print_plan(plan, args)
@@ -128,6 +142,8 @@ def create_cluster(args: argparse.Namespace) -> int:
     say = _say(args)
     started = time.monotonic()
     plan = provider.prepare(plan, say)
+    if args.account_dry_run:
+        return _print_plan(plan, args)
     if not plan.ok:
         return _refuse(plan, args, "AWS or ParallelCluster refused the cluster: nothing was created")
     _write_output_config(plan, args)
@@ -152,12 +168,29 @@ def _write_output_config(plan: ClusterPlan, args: argparse.Namespace) -> None:
         write_user_file(args.output_config, plan.config_text)
 
 
+def _write_output_prerequisites(plan: ClusterPlan, args: argparse.Namespace) -> str | None:
+    template = (plan.details.get("prerequisites") or {}).get("template")
+    if not args.output_prerequisites:
+        return None
+    if template is None:
+        raise ClusterkitError("this cluster needs no prerequisites stack (its spec names its network and has no "
+                              "accounting database to create)", fix="drop --output-prerequisites")
+    from clusterkit.files import write_user_file
+
+    write_user_file(args.output_prerequisites, template)
+    return args.output_prerequisites
+
+
 def _print_plan(plan: ClusterPlan, args: argparse.Namespace) -> int:
-    """A dry run: the plan, and (with --output-config) the config file, written only when the plan is ok."""
+    """A dry run (offline, or against the account): the plan, and (with --output-config, --output-prerequisites)
+    the config and the prerequisites template, written only when the plan is ok."""
+    template_file = None
     if plan.ok:
         _write_output_config(plan, args)
+        template_file = _write_output_prerequisites(plan, args)
     if args.output == "json":
-        print_json({**plan.to_dict(), "config_file": args.output_config if plan.ok else None})
+        print_json({**plan.to_dict(), "config_file": args.output_config if plan.ok else None,
+                    "prerequisites_file": template_file})
         return 0 if plan.ok else 1
     if not plan.ok:
         print_findings(plan.findings, sys.stderr)
@@ -181,6 +214,10 @@ def _print_plan(plan: ClusterPlan, args: argparse.Namespace) -> int:
         print(action, file=report)
     if args.output_config:
         print(f"wrote {args.output_config}", file=report)
+    if template_file:
+        print(f"wrote {template_file}", file=report)
+    if args.account_dry_run:
+        print(f"account dry run: nothing was created in {plan.details.get('region')}", file=report)
     return 0
 
 

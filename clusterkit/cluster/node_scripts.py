@@ -27,6 +27,7 @@ DATA_DIR = "node-scripts"
 KEY_PREFIX = "clusterkit/node-scripts"
 PYXIS_ENROOT = "pyxis-enroot.sh"
 NEURON = "neuron.sh"
+CLUSTERKIT_VENV = "clusterkit-venv.sh"
 
 # The Neuron packages of Neuron SDK 2.28.0 (Trn1): the driver the node needs, and the runtime,
 # collectives and tools for jobs run without a container. The container recipes pin the same release
@@ -86,3 +87,14 @@ def uploads(config: dict[str, Any]) -> dict[str, NodeScript]:
         if script.sha256 == match["sha"]:
             found[url] = script
     return found
+
+
+def installed_python(config: dict[str, Any]) -> str | None:
+    """The Python of the virtualenv the config's head node installs clusterkit into, if it does."""
+    actions = config.get("HeadNode", {}).get("CustomActions", {}).get("OnNodeConfigured", {})
+    for action in actions.get("Sequence", [actions]):
+        args = list(action.get("Args", []))
+        name = _URL_RE.fullmatch(str(action.get("Script", "")))
+        if name is not None and name["name"] == CLUSTERKIT_VENV and "--venv" in args[:-1]:
+            return f"{args[args.index('--venv') + 1]}/bin/python"
+    return None

@@ -40,6 +40,7 @@ class ClusterRequest:
     head_subnet_id: str | None = None
     key_name: str | None = None
     custom_ami: str | None = None
+    identity_file: str | None = None  # the SSH key for the head node, when not ~/.ssh/KEY_NAME(.pem)
     # local: the cluster's shape.
     nodes: int = 4
     cpus_per_node: int = 2

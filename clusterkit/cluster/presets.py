@@ -3,8 +3,9 @@
 Each preset is a complete ClusterSpec; `cluster-configs/<preset>.yaml` spells out the same spec as a
 commented YAML file (a test keeps the two equal). EFA and placement groups (on for every EFA-capable
 type), pyxis/enroot, GPU health checks on GPU queues, the Neuron driver on Trainium queues, SSM and
-read-only ECR for every node role, and storage kept on delete come from the spec defaults, so the
-presets state only what differs.
+read-only ECR for every node role, storage kept on delete, clusterkit on the nodes and (with no subnet given)
+a network of clusterkit's own come from the spec defaults, so the presets state only what differs. Every
+preset has a Slurm accounting database of clusterkit's own (`accounting: create`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 from clusterkit.catalog import PRESET_INSTANCE_TYPES
 from clusterkit.cluster.spec import (
+    AccountingSpec,
     ClusterSpec,
     ComputeSpec,
     HeadNodeSpec,
@@ -39,7 +41,13 @@ TRAINING_SCALEDOWN_MINUTES = 60
 
 
 def _training_slurm() -> SlurmSpec:
-    return SlurmSpec(scaledown_idletime=TRAINING_SCALEDOWN_MINUTES, queue_update_strategy="DRAIN")
+    return SlurmSpec(scaledown_idletime=TRAINING_SCALEDOWN_MINUTES, queue_update_strategy="DRAIN",
+                     accounting=_accounting())
+
+
+def _accounting() -> AccountingSpec:
+    """A database of clusterkit's own: sacct, and with it clusterkit's job tracking, watch and preflight."""
+    return AccountingSpec(create=True)
 
 
 def _cpu_queue() -> QueueSpec:
@@ -86,6 +94,7 @@ def _g5() -> ClusterSpec:
             name="fsx", mount_dir="/fsx", deployment_type="SCRATCH_2", storage_capacity_gib=1200,
             data_compression="LZ4",
         )]),
+        slurm=SlurmSpec(accounting=_accounting()),
     )
 
 

@@ -9,10 +9,12 @@ the full-match rules).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from clusterkit import offerings
+from clusterkit import __version__, offerings
 from clusterkit.cluster import node_scripts
+from clusterkit.cluster.prerequisites import DATABASE_PORT, DATABASE_USER
 from clusterkit.cluster.spec import (
     DEFAULT_DELETION_POLICY,
     DEFAULT_SCRIPTS_BUCKET,
@@ -40,6 +42,12 @@ from clusterkit.cluster.spec import (
 PLACEHOLDER_SUBNET = "subnet-00000000000000000"
 PLACEHOLDER_AMI = "ami-00000000000000000"
 PLACEHOLDER_ACCOUNT = "000000000000"
+# The database `accounting: create` makes, until its stack exists (`.invalid` never resolves).
+PLACEHOLDER_DATABASE_URI = f"clusterkit-accounting.invalid:{DATABASE_PORT}"
+PLACEHOLDER_SECRET_NAME = "clusterkit-accounting-000000"
+PLAIN_PATH_RE = re.compile(r"(/[A-Za-z0-9._-]+)+")
+# Where shared storage is mounted when the spec has none: ParallelCluster shares /home from the head node.
+DEFAULT_SHARED_DIR = "/home"
 
 Config = dict[str, Any]
 
@@ -130,15 +138,18 @@ def _head_node(spec: ClusterSpec) -> Config:
     if spec.ssh.key_name:
         ssh["KeyName"] = spec.ssh.key_name
     ssh["AllowedIps"] = spec.ssh.allowed_cidr or DEFAULT_SSH_CIDR
+    networking: Config = {"SubnetId": spec.head_subnet() or PLACEHOLDER_SUBNET}
+    if head.additional_security_groups:
+        networking["AdditionalSecurityGroups"] = list(head.additional_security_groups)
     node: Config = {
         "InstanceType": head.instance_type,
-        "Networking": {"SubnetId": spec.head_subnet() or PLACEHOLDER_SUBNET},
+        "Networking": networking,
         "Ssh": ssh,
         "LocalStorage": {"RootVolume": {"Size": head.root_volume_gb, "Encrypted": True, "VolumeType": "gp3"}},
     }
     facts = offerings.table().facts(head.instance_type)
-    setup = _pyxis(spec, "head", [facts] if facts else [])
-    actions = _custom_actions(head.custom_actions, [setup] if setup else [])
+    setup = [script for script in (_pyxis(spec, "head", [facts] if facts else []), _clusterkit(spec)) if script]
+    actions = _custom_actions(head.custom_actions, setup)
     if actions:
         node["CustomActions"] = actions
     iam = _iam(spec, head.iam, actions)
@@ -173,13 +184,19 @@ def _slurm_settings(spec: ClusterSpec) -> Config:
     custom: list[Config] = [] if overridden else [{"JobRequeue": 1 if slurm.job_requeue else 0}]
     custom += [{key: value} for key, value in slurm.custom_settings.items()]
     settings["CustomSlurmSettings"] = custom
-    if slurm.accounting:
+    accounting = slurm.accounting
+    if accounting is not None:
+        pending = accounting.pending  # placeholders until the prerequisites stack exists
         settings["Database"] = {
-            "Uri": slurm.accounting.uri,
-            "UserName": slurm.accounting.user_name,
-            "PasswordSecretArn": slurm.accounting.password_secret_arn,
+            "Uri": PLACEHOLDER_DATABASE_URI if pending else accounting.uri,
+            "UserName": DATABASE_USER if pending else accounting.user_name,
+            "PasswordSecretArn": placeholder_secret_arn(spec.region) if pending else accounting.password_secret_arn,
         }
     return settings
+
+
+def placeholder_secret_arn(region: str) -> str:
+    return f"arn:{partition(region)}:secretsmanager:{region}:{PLACEHOLDER_ACCOUNT}:secret:{PLACEHOLDER_SECRET_NAME}"
 
 
 def _queue(spec: ClusterSpec, queue: QueueSpec) -> Config:
@@ -278,6 +295,29 @@ def _pyxis(spec: ClusterSpec, role: str, nodes: list[offerings.InstanceFacts]) -
     script = node_scripts.node_script(node_scripts.PYXIS_ENROOT)
     return ScriptSpec(script=script.url(scripts_bucket(spec)),
                       args=["--role", role, "--enroot-dir", enroot_dir(spec, nodes)])
+
+
+def shared_dir(spec: ClusterSpec) -> str:
+    """The cluster's shared storage for clusterkit's own files (its virtualenv, runs): the first file system the
+    spec mounts (FSx for Lustre first) at a plain path (one clusterkit-venv.sh takes), else /home."""
+    storage = spec.storage
+    mounts = ([fsx.mount_dir for fsx in storage.lustre] + [efs.mount_dir for efs in storage.efs]
+              + [volume.mount_dir for volume in storage.openzfs] + [ebs.mount_dir for ebs in storage.ebs])
+    return next((mount for mount in mounts if PLAIN_PATH_RE.fullmatch(mount)), DEFAULT_SHARED_DIR)
+
+
+def clusterkit_venv(spec: ClusterSpec) -> str:
+    """Where the head node installs clusterkit, on shared storage so that every node runs it."""
+    return f"{shared_dir(spec)}/clusterkit/venv-{__version__}"
+
+
+def _clusterkit(spec: ClusterSpec) -> ScriptSpec | None:
+    if not spec.clusterkit.install:
+        return None
+    script = node_scripts.node_script(node_scripts.CLUSTERKIT_VENV)
+    package = spec.clusterkit.package or f"clusterkit=={__version__}"
+    return ScriptSpec(script=script.url(scripts_bucket(spec)), args=["--venv", clusterkit_venv(spec),
+                                                                     "--package", package])
 
 
 def installs_neuron(spec: ClusterSpec, queue: QueueSpec) -> bool:

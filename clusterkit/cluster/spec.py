@@ -8,8 +8,10 @@ then apply the documented default, and a rule can still tell a value the user ch
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from clusterkit import catalog, offerings
+from clusterkit.spec_reader import ValueProblem, field_options, is_mapping, text_of
 
 PARALLELCLUSTER_VERSION = "3.16"
 DEFAULT_OS = "ubuntu2204"
@@ -33,6 +35,12 @@ ROOT_VOLUME_ENROOT_DIR = "/var/enroot"
 DEFAULT_NODE_POLICIES = ("AmazonSSMManagedInstanceCore", "AmazonEC2ContainerRegistryReadOnly")
 # The bucket clusterkit uploads its node scripts to when the spec names none; ACCOUNT is filled in at create.
 DEFAULT_SCRIPTS_BUCKET = "clusterkit-{account}-{region}"
+# `network`: clusterkit's prerequisites stack (a VPC with a public and a private subnet, NAT, S3 endpoint), or the
+# spec's subnets (else the default VPC's). None: create it when no subnet is given and the account has no private
+# subnet where the nodes can run.
+NETWORK_CREATE = "create"
+NETWORK_EXISTING = "existing"
+NETWORK_MODES = (NETWORK_CREATE, NETWORK_EXISTING)
 
 
 @dataclass
@@ -142,6 +150,8 @@ class HeadNodeSpec:
     instance_type: str = DEFAULT_HEAD_NODE_TYPE
     root_volume_gb: int = 200
     subnet_id: str | None = None  # None: the cluster's subnet_id (a public subnet here, private queues: fine)
+    # Security groups the head node joins besides ParallelCluster's own (e.g. a database's client group).
+    additional_security_groups: list[str] = field(default_factory=list)
     custom_actions: CustomActionsSpec | None = None
     iam: IamSpec = field(default_factory=IamSpec)
 
@@ -283,13 +293,40 @@ class NeuronSpec:
     install: bool | None = None
 
 
+ACCOUNTING_CREATE = "create"
+ACCOUNTING_NONE = "none"
+
+
+def _accounting_short_form(value: Any) -> Any:
+    """`accounting: create` (a database in clusterkit's prerequisites stack) and `accounting: none`."""
+    if is_mapping(value):
+        return value
+    text = text_of(value)
+    if text == ACCOUNTING_CREATE:
+        return {"create": True}
+    if text == ACCOUNTING_NONE:
+        return None
+    raise ValueProblem(f"accounting is `{ACCOUNTING_CREATE}`, `{ACCOUNTING_NONE}` or an existing database",
+                       fix="write create, none, or {uri: HOST:PORT, user_name: NAME, password_secret_arn: ARN}")
+
+
 @dataclass
 class AccountingSpec:
-    """Slurm accounting database; the password lives in Secrets Manager, never in the config."""
+    """Slurm accounting database; the password lives in Secrets Manager, never in the config.
 
-    uri: str  # host:port, no scheme
-    user_name: str
-    password_secret_arn: str
+    Either an existing database (uri, user_name, password_secret_arn), or `create: true` (YAML: `accounting:
+    create`): a small encrypted RDS for MySQL in clusterkit's prerequisites stack, reachable from the head node only,
+    its password generated into Secrets Manager. Creating fills in the three fields from the stack's outputs."""
+
+    uri: str | None = None  # host:port, no scheme
+    user_name: str | None = None
+    password_secret_arn: str | None = None
+    create: bool = False
+
+    @property
+    def pending(self) -> bool:
+        """A database clusterkit will create and whose address is not known yet."""
+        return self.create and self.uri is None
 
 
 @dataclass
@@ -299,7 +336,17 @@ class SlurmSpec:
     # Requeue on node failure keeps the job id so a training run resumes from its checkpoint.
     job_requeue: bool = True
     custom_settings: dict[str, str] = field(default_factory=dict)
-    accounting: AccountingSpec | None = None
+    # None (YAML: absent or `none`): no accounting database.
+    accounting: AccountingSpec | None = field(default=None, metadata=field_options(short=_accounting_short_form))
+
+
+@dataclass
+class ClusterkitSpec:
+    """clusterkit itself on the nodes: a node action on the head node installs it into a virtualenv on shared
+    storage, whose Python then runs jobs' supervisor."""
+
+    install: bool = True
+    package: str | None = None  # what pip installs; None: this clusterkit's version from the package index
 
 
 @dataclass
@@ -318,6 +365,7 @@ class ClusterSpec:
     os: str = DEFAULT_OS
     image: ImageSpec = field(default_factory=ImageSpec)
     subnet_id: str | None = None  # head node, and queues without their own subnet_ids
+    network: str | None = None  # NETWORK_MODES; None: chosen at create (see NETWORK_CREATE)
     head_node: HeadNodeSpec = field(default_factory=HeadNodeSpec)
     login_nodes: list[LoginNodesSpec] = field(default_factory=list)
     ssh: SshSpec = field(default_factory=SshSpec)
@@ -326,6 +374,7 @@ class ClusterSpec:
     neuron: NeuronSpec = field(default_factory=NeuronSpec)
     slurm: SlurmSpec = field(default_factory=SlurmSpec)
     monitoring: MonitoringSpec = field(default_factory=MonitoringSpec)
+    clusterkit: ClusterkitSpec = field(default_factory=ClusterkitSpec)
     # Where clusterkit uploads its node scripts at create; None: DEFAULT_SCRIPTS_BUCKET of the account.
     scripts_bucket: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
@@ -337,3 +386,7 @@ class ClusterSpec:
 
     def head_subnet(self) -> str | None:
         return self.head_node.subnet_id or self.subnet_id
+
+    @property
+    def has_accounting(self) -> bool:
+        return self.slurm.accounting is not None

@@ -1,11 +1,13 @@
-"""What a cluster spec adds up to: nodes, accelerators, EFA bandwidth, FSx size, an hourly cost estimate,
-and what survives a `delete-cluster`."""
+"""What a cluster spec adds up to: nodes, accelerators, EFA bandwidth, FSx size, an hourly cost estimate
+(nodes and clusterkit's prerequisites stack: NAT gateway, accounting database), and what survives a
+`delete-cluster`."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
 from clusterkit import catalog
+from clusterkit.cluster.prerequisites import planned
 from clusterkit.cluster.render import render_config
 from clusterkit.cluster.spec import ClusterSpec
 from clusterkit.cluster.storage import storage_fates
@@ -23,11 +25,13 @@ class ClusterSummary:
     efa_aggregate_gbps: int  # over all EFA nodes at max_nodes
     fsx_capacity_gib: int  # new FSx for Lustre file systems
     fsx_throughput_mbps: int
-    cost_per_hour_static: float  # head node + static nodes, USD
-    cost_per_hour_max: float  # head node + every node at max_nodes, USD
+    cost_per_hour_static: float  # head node + static nodes + prerequisites, USD
+    cost_per_hour_max: float  # head node + every node at max_nodes + prerequisites, USD
     unpriced_types: list[str] = field(default_factory=list)  # left out of the cost
     kept_on_delete: list[str] = field(default_factory=list)  # shared storage a delete-cluster leaves
     deleted_on_delete: list[str] = field(default_factory=list)  # shared storage it removes, files and all
+    # clusterkit's prerequisites stack, by item (NAT gateway, accounting database): included in the costs above
+    prerequisites_cost_per_hour: dict[str, float] = field(default_factory=dict)
     price_table_date: str = catalog.PRICE_TABLE_DATE
     price_region: str = catalog.PRICE_TABLE_REGION
 
@@ -46,6 +50,9 @@ class ClusterSummary:
             f"${self.cost_per_hour_max:,.2f}/h at most "
             f"({self.price_region} list prices of {self.price_table_date}; storage not included)",
         ]
+        if self.prerequisites_cost_per_hour:
+            items = ", ".join(f"{item} ${cost:,.3f}/h" for item, cost in self.prerequisites_cost_per_hour.items())
+            lines.append(f"prerequisites stack (included above): {items}")
         if self.unpriced_types:
             lines.append(f"no price known for: {', '.join(self.unpriced_types)} (left out of the cost)")
         for kept in self.kept_on_delete:
@@ -80,6 +87,9 @@ def summarize(spec: ClusterSpec) -> ClusterSummary:
             if compute.efa_enabled and instance.efa:
                 efa_per_node[instance.name] = instance.network_gbps
                 efa_gbps += instance.network_gbps * high
+    prerequisites = planned(spec).cost_per_hour()  # made unless the account has what they hold
+    cost_static += sum(prerequisites.values())
+    cost_max += sum(prerequisites.values())
     capacity, throughput = _fsx(spec)
     fates = storage_fates(render_config(spec))
     return ClusterSummary(
@@ -90,6 +100,7 @@ def summarize(spec: ClusterSpec) -> ClusterSummary:
         unpriced_types=sorted(unpriced),
         kept_on_delete=[str(fate) for fate in fates if fate.kept],
         deleted_on_delete=[str(fate) for fate in fates if not fate.kept],
+        prerequisites_cost_per_hour=prerequisites,
     )
 
 

@@ -20,11 +20,14 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from clusterkit import offerings
-from clusterkit.cluster.render import PLACEHOLDER_ACCOUNT, enroot_dir, installs_neuron
+from clusterkit.cluster.render import PLACEHOLDER_ACCOUNT, clusterkit_venv, enroot_dir, installs_neuron
 from clusterkit.cluster.spec import (
     DEFAULT_SCRIPTS_BUCKET,
     DEFAULT_SSH_CIDR,
     EPHEMERAL_MOUNT_DIR,
+    NETWORK_CREATE,
+    NETWORK_EXISTING,
+    NETWORK_MODES,
     ClusterSpec,
     ComputeSpec,
     CustomActionsSpec,
@@ -128,6 +131,9 @@ SECRET_ARN_RE = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:sec
 DATABASE_URI_RE = re.compile(r"(?P<host>[A-Za-z0-9.-]+)(:(?P<port>\d{1,5}))?")
 DATABASE_USER_RE = re.compile(r"[A-Za-z0-9_.@-]{1,32}")  # one word: it lands in slurmdbd.conf
 SCRIPT_URL_RE = re.compile(r"(s3|https)://[^\s]+")
+SECURITY_GROUP_RE = re.compile(r"sg-([0-9a-f]{8}|[0-9a-f]{17})")
+# One requirement or URL, as the node script accepts it (it checks again): never an option, never two words.
+PIP_REQUIREMENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!=<>~,:/@%-]*")
 POLICY_ARN_RE = re.compile(r"arn:aws[a-z-]*:iam::(aws|\d{12}):policy/[\w+=,.@/-]{1,512}")
 POLICY_NAME_RE = re.compile(r"[\w+=,.@-]{1,128}")
 BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -637,7 +643,8 @@ def openzfs_and_ebs_settings(spec: ClusterSpec) -> Iterator[Finding]:
 
 @rule
 def deletion_policies(spec: ClusterSpec) -> Iterator[Finding]:
-    entries = [(f"storage.lustre[{i}]", s.deletion_policy, DELETION_POLICIES) for i, s in enumerate(spec.storage.lustre)]
+    entries = [(f"storage.lustre[{i}]", s.deletion_policy, DELETION_POLICIES)
+               for i, s in enumerate(spec.storage.lustre)]
     entries += [(f"storage.efs[{i}]", s.deletion_policy, DELETION_POLICIES) for i, s in enumerate(spec.storage.efs)]
     entries += [(f"storage.ebs[{i}]", s.deletion_policy, EBS_DELETION_POLICIES)
                 for i, s in enumerate(spec.storage.ebs)]
@@ -788,9 +795,49 @@ def subnets(spec: ClusterSpec) -> Iterator[Finding]:
         if subnet is not None and not _full(SUBNET_RE, subnet):
             yield _error(path, "subnet ids look like subnet-<8 or 17 characters>", "copy the id from the VPC console",
                          subnet)
-    if spec.subnet_id is None and (spec.head_node.subnet_id is None or not all(q.subnet_ids for q in spec.queues)):
+    partial = spec.subnet_id is None and (spec.head_node.subnet_id is None
+                                          or not all(q.subnet_ids for q in spec.queues))
+    named = any(subnet for _, subnet in given)
+    if spec.network == NETWORK_CREATE and named:
+        path, subnet = next((path, subnet) for path, subnet in given if subnet)
+        yield _error(path, "network: create makes the cluster's subnets; a subnet given as well is never used",
+                     "leave the subnets out, or set network: existing", subnet)
+    elif spec.network == NETWORK_EXISTING and partial:
+        yield _warning("subnet_id", "no subnet given: the config holds a placeholder subnet; at create a subnet of "
+                       "the default VPC is chosen", "pass --subnet-id or set subnet_id in the spec")
+    elif partial and not named:
+        yield _info("subnet_id", "no subnet given: at create, a private subnet of the account that fits, or else a "
+                    "network of clusterkit's own (its prerequisites stack: VPC, public and private subnet, NAT "
+                    "gateway, S3 endpoint); the config holds placeholders until then",
+                    "pass --subnet-id, or set network: create or existing")
+    elif partial:
         yield _warning("subnet_id", "no subnet given: the config holds a placeholder subnet that must be replaced "
                        "before creating the cluster", "pass --subnet-id or set subnet_id in the spec")
+
+
+@rule
+def network(spec: ClusterSpec) -> Iterator[Finding]:
+    if spec.network is not None and spec.network not in NETWORK_MODES:
+        yield _error("network", f"network is one of {', '.join(NETWORK_MODES)}", "create: a network of clusterkit's "
+                     "own; existing: the spec's subnets or the default VPC; leave it out to decide at create",
+                     spec.network)
+    for g, group in enumerate(spec.head_node.additional_security_groups):
+        if not _full(SECURITY_GROUP_RE, group):
+            yield _error(f"head_node.additional_security_groups[{g}]", "security group ids look like "
+                         "sg-<8 or 17 characters>", "copy the id from the VPC console", group)
+
+
+@rule
+def clusterkit_on_nodes(spec: ClusterSpec) -> Iterator[Finding]:
+    package = spec.clusterkit.package
+    if package is not None and not _full(PIP_REQUIREMENT_RE, package):
+        yield _error("clusterkit.package", "the package is one pip requirement or URL (no spaces, not an option)",
+                     "e.g. clusterkit==0.1.0 or https://example.com/clusterkit-0.1.0-py3-none-any.whl", package)
+    if spec.clusterkit.install:
+        yield _info("clusterkit.install", f"the head node installs clusterkit into {clusterkit_venv(spec)} (shared "
+                    f"storage): supervised jobs run {clusterkit_venv(spec)}/bin/python unless supervise.python "
+                    "names another",
+                    "set clusterkit.install: false to leave clusterkit off the nodes")
 
 
 @rule
@@ -853,8 +900,25 @@ def slurm_accounting(spec: ClusterSpec) -> Iterator[Finding]:
     if accounting is None:
         yield _warning("slurm.accounting", "no Slurm accounting database: sacct cannot tell how jobs ended, "
                        "so clusterkit's job tracking (requeues, watch) and its preflight will not work",
-                       "set slurm.accounting (uri, user_name, password_secret_arn) to a MySQL-compatible "
-                       "database such as Amazon RDS or Aurora")
+                       "set slurm.accounting: create (a small RDS database of clusterkit's own), or uri, "
+                       "user_name, password_secret_arn of a MySQL-compatible database such as Amazon RDS or Aurora")
+        return
+    given = [key for key in ("uri", "user_name", "password_secret_arn") if getattr(accounting, key) is not None]
+    if accounting.create and len(given) < 3:  # all three: filled in from the prerequisites stack
+        if given:
+            yield _error(f"slurm.accounting.{given[0]}", "accounting: create makes its own database; its address, "
+                         "user and secret come from the prerequisites stack", "leave out uri, user_name and "
+                         "password_secret_arn, or create: false to use that database", None)
+        else:
+            yield _info("slurm.accounting", "the config holds placeholders for the database until clusterkit's "
+                        "prerequisites stack makes it at create (RDS for MySQL, encrypted, reachable from the head "
+                        "node only, its password in Secrets Manager)", "set accounting: none to go without one")
+        return
+    missing = [key for key in ("uri", "user_name", "password_secret_arn") if key not in given]
+    if missing:
+        yield _error(f"slurm.accounting.{missing[0]}", f"an existing accounting database needs "
+                     f"{', '.join(missing)}", "give uri, user_name and password_secret_arn, or write "
+                     "accounting: create for a database of clusterkit's own")
         return
     uri = DATABASE_URI_RE.fullmatch(accounting.uri)
     if uri is None:

@@ -99,6 +99,7 @@ def plan_job(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path |
     slurm = None
     if target is not None:
         spec = _with_cluster_instance(spec, name, target, findings)
+        spec = _with_cluster_python(spec, target)
         slurm = _slurm_of(target, need_cluster, findings)
     upload_from, uploads = None, ()
     if slurm is not None and slurm.transport.remote:
@@ -147,6 +148,13 @@ def _slurm_of(cluster: Cluster, need_cluster: bool, findings: list[Finding]) -> 
 def _note_no_cluster(findings: list[Finding], error: ClusterkitError, name: str | None) -> None:
     findings.append(Finding(Level.INFO, "cluster", f"not submitted from here, so no preflight: {error.message}",
                             fix=error.fix or "", value=name, rule="job.cluster"))
+
+
+def _with_cluster_python(spec: JobSpec, cluster: Cluster) -> JobSpec:
+    """A supervised job that names no interpreter runs the supervisor with the cluster's clusterkit."""
+    if spec.supervise is None or spec.supervise.python is not None:
+        return spec
+    return dataclasses.replace(spec, supervise=dataclasses.replace(spec.supervise, python=cluster.python()))
 
 
 def _with_cluster_instance(spec: JobSpec, cluster_name: str, cluster: Cluster, findings: list[Finding]) -> JobSpec:

@@ -230,7 +230,7 @@ def _supervisor_command(spec: JobSpec) -> list[str]:
     state_dir = runtime.run_state_dir(spec.checkpoint_dir) if spec.checkpoint_dir else None
     warning = parse_warning(spec.signal) if spec.signal else None
     # The warning's lead tells the supervisor a time limit (a planned requeue) from a preemption.
-    return runtime.supervisor_command(supervision.python, hang_timeout=supervision.hang_timeout,
+    return runtime.supervisor_command(supervision.python or "python3", hang_timeout=supervision.hang_timeout,
                                       app_retries=supervision.app_retries, state_dir=state_dir,
                                       signal_lead=warning.seconds if warning else None,
                                       max_time_limit_requeues=supervision.max_time_limit_requeues,

@@ -216,7 +216,9 @@ class Supervision:
 
     hang_timeout: int = 0  # seconds without heartbeat progress that count as a hang; 0: off
     app_retries: int = 1  # step retries when every node is healthy but the step fails
-    python: str = "python3"  # an interpreter with clusterkit, on the nodes (bare, not in the container)
+    # An interpreter with clusterkit on the nodes (bare, not in the container). None: the cluster's own
+    # (an AWS cluster's installed virtualenv, a local cluster's Python), python3 when planned without one.
+    python: str | None = None
     # Requeues at the time limit (a long run crossing many limits) and after preemptions: bounded apart
     # from failures. None: the supervisor's defaults (100 time limits; preemptions without bound).
     max_time_limit_requeues: int | None = None

@@ -249,7 +249,7 @@ def restarts(spec: JobSpec) -> Iterator[Finding]:
             if bound is not None and bound < 0:
                 yield _error(f"supervise.{name}", "must be 0 or more (leave it out for the default)", "write e.g. 20",
                              bound)
-        if not spec.supervise.python:
+        if spec.supervise.python == "":
             yield _error("supervise.python", "is empty", "name an interpreter with clusterkit, e.g. python3")
 
 

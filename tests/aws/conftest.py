@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+from . import moto_gaps
+
+moto_gaps.fill()  # CloudFormation resource types moto lacks, for clusterkit's prerequisites stack
+
 REGION = "us-east-1"
 FAKE_SECRET = "fake-secret-c0ffee-never-print-me"
 
@@ -36,9 +40,9 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
     _offline_aws(monkeypatch, tmp_path)
 
 
-@pytest.fixture(scope="module")
-def pcluster_world(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    """ParallelCluster's full validation under moto (tests/aws/parallelcluster_world.py), one per test module."""
+def parallelcluster_world(tmp_path_factory: pytest.TempPathFactory, **options: Any) -> Iterator[Any]:
+    """ParallelCluster's full validation under moto (tests/aws/parallelcluster_world.py); `options` go to
+    ParallelClusterWorld (e.g. empty_account=True)."""
     pytest.importorskip("pcluster", reason="aws-parallelcluster (the `validate` extra) is not installed")
     import shutil
 
@@ -54,11 +58,28 @@ def pcluster_world(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
         monkeypatch.setenv("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
         with mock_aws():
             use_local_region_list()
-            world = ParallelClusterWorld()
+            world = ParallelClusterWorld(**options)
             try:
                 yield world
             finally:
                 world.close()
+
+
+@pytest.fixture(scope="module")
+def pcluster_world(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """One ParallelCluster world per test module."""
+    yield from parallelcluster_world(tmp_path_factory)
+
+
+def use_fake_parallelcluster(fake: Any, monkeypatch: pytest.MonkeyPatch, home: Path) -> Any:
+    """`fake` in place of ParallelCluster's create, describe, update and delete; clusterkit's records under
+    `home`; stacks followed without waiting."""
+    from clusterkit.providers.aws import cluster as aws_cluster
+
+    monkeypatch.setenv("CLUSTERKIT_HOME", str(home))
+    monkeypatch.setattr(aws_cluster, "ParallelClusterBackend", lambda: fake)
+    monkeypatch.setattr(aws_cluster, "POLL_SECONDS", 0)
+    return fake
 
 
 @pytest.fixture

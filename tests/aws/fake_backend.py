@@ -2,7 +2,9 @@
 
 Like ParallelCluster, `create` also makes the shared storage the config asks for (FSx for Lustre, EFS)
 and `delete` removes it only when its DeletionPolicy is Delete: CloudFormation's DeletionPolicy, which
-ParallelCluster sets on those resources, decides what outlives the stack.
+ParallelCluster sets on those resources, decides what outlives the stack. A new FSx file system has its
+network interface in the head node's subnet, as on AWS (moto's FSx makes none), so a kept one keeps its
+network busy. `head_node` is what describe reports of the head node (tests give it a public address).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class FakeParallelCluster:
         self.calls: list[tuple[str, str, dict[str, Any] | None]] = []
         self.suppressed: list[tuple[str, ...]] = []
         self.storage: dict[str, list[tuple[str, str, str]]] = {}  # cluster -> (service, id, DeletionPolicy)
+        self.head_node: dict[str, Any] = {"instanceId": "i-0head", "state": "running",
+                                           "privateIpAddress": "10.0.0.10"}
         self.dry_run_findings = dry_run_findings or [Finding(Level.INFO, "parallelcluster.DeletionPolicyValidator",
                                                              "storage 'fsx' is retained when the cluster is deleted")]
 
@@ -46,16 +50,19 @@ class FakeParallelCluster:
         return self._client("cloudformation", region).create_stack(StackName=name, TemplateBody=TEMPLATE)["StackId"]
 
     def _make_storage(self, name: str, config: dict[str, Any], region: str) -> list[tuple[str, str, str]]:
-        made = []
+        made: list[tuple[str, str, str]] = []
         subnet = config["HeadNode"]["Networking"]["SubnetId"]
         tags = [{"Key": CLUSTER_TAG, "Value": name}]
         for entry in config.get("SharedStorage", []):
             if entry["StorageType"] == "FsxLustre" and "FileSystemId" not in entry["FsxLustreSettings"]:
                 settings = entry["FsxLustreSettings"]
-                made.append(("fsx", self._client("fsx", region).create_file_system(
+                file_system = self._client("fsx", region).create_file_system(
                     FileSystemType="LUSTRE", StorageCapacity=settings["StorageCapacity"], SubnetIds=[subnet],
                     Tags=tags, LustreConfiguration={"DeploymentType": settings["DeploymentType"]},
-                )["FileSystem"]["FileSystemId"], settings.get("DeletionPolicy", "Delete")))
+                )["FileSystem"]["FileSystemId"]
+                self._client("ec2", region).create_network_interface(
+                    SubnetId=subnet, Description=f"ENI for FSx file system {file_system}")
+                made.append(("fsx", file_system, settings.get("DeletionPolicy", "Delete")))
             elif entry["StorageType"] == "Efs" and "FileSystemId" not in entry["EfsSettings"]:
                 made.append(("efs", self._client("efs", region).create_file_system(
                     CreationToken=f"{name}-{entry['Name']}", Tags=tags)["FileSystemId"],
@@ -71,9 +78,10 @@ class FakeParallelCluster:
             return None
         return {"clusterName": name, "clusterStatus": stack["StackStatus"],
                 "cloudFormationStackStatus": stack["StackStatus"], "computeFleetStatus": "RUNNING",
-                "headNode": {"instanceId": "i-0head", "state": "running", "privateIpAddress": "10.0.0.10"},
-                "instances": [{"instanceId": "i-0head", "nodeType": "HeadNode", "instanceType": "c5.9xlarge",
-                               "state": "running", "privateIpAddress": "10.0.0.10"}]}
+                "headNode": dict(self.head_node),
+                "instances": [{"instanceId": self.head_node["instanceId"], "nodeType": "HeadNode",
+                               "instanceType": "c5.9xlarge", "state": "running",
+                               "privateIpAddress": self.head_node["privateIpAddress"]}]}
 
     def update(self, name: str, config: dict[str, Any], region: str) -> str:
         self.calls.append(("update", name, config))
@@ -89,6 +97,10 @@ class FakeParallelCluster:
                 continue
             if service == "fsx":
                 self._client("fsx", region).delete_file_system(FileSystemId=storage_id)
+                ec2 = self._client("ec2", region)
+                for interface in ec2.describe_network_interfaces()["NetworkInterfaces"]:
+                    if interface.get("Description") == f"ENI for FSx file system {storage_id}":
+                        ec2.delete_network_interface(NetworkInterfaceId=interface["NetworkInterfaceId"])
             else:
                 self._client("efs", region).delete_file_system(FileSystemId=storage_id)
         self._client("cloudformation", region).delete_stack(StackName=name)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,9 +79,13 @@ class RegionWorld:
 
 
 class ParallelClusterWorld:
-    """One mock account for many validations; regions are set up the first time they are asked for."""
+    """One mock account for many validations; regions are set up the first time they are asked for.
 
-    def __init__(self) -> None:
+    `empty_account`: an account as AWS opens it, holding only its default VPC (public subnets); only what
+    AWS itself publishes (ParallelCluster's official AMIs) and the answers to moto's gaps are added."""
+
+    def __init__(self, empty_account: bool = False) -> None:
+        self.empty_account = empty_account
         self._regions: dict[str, RegionWorld] = {}
         self._architecture: dict[str, str] = {}  # image id -> architecture
         self._root_gib: dict[str, int] = {}  # image id -> root volume size
@@ -130,9 +135,9 @@ class ParallelClusterWorld:
         vpc = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"][0]
         public = {s["AvailabilityZone"]: s["SubnetId"] for s in
                   ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])["Subnets"]}
-        private = {zone: ec2.create_subnet(VpcId=vpc["VpcId"], CidrBlock=f"172.31.{128 + 8 * i}.0/21",
-                                           AvailabilityZone=zone)["Subnet"]["SubnetId"]
-                   for i, zone in enumerate(zones)}
+        private = {} if self.empty_account else {
+            zone: ec2.create_subnet(VpcId=vpc["VpcId"], CidrBlock=f"172.31.{128 + 8 * i}.0/21",
+                                    AvailabilityZone=zone)["Subnet"]["SubnetId"] for i, zone in enumerate(zones)}
         world = RegionWorld(region=region, zones=zones, vpc=vpc["VpcId"], public_subnets=public,
                             private_subnets=private)
         version = get_installed_version()
@@ -142,6 +147,9 @@ class ParallelClusterWorld:
                                        architecture, OFFICIAL_AMI_GIB)
                 world.official.append({**ec2.describe_images(ImageIds=[image_id])["Images"][0],
                                        "Architecture": architecture, "OwnerId": "247102896272"})
+        if self.empty_account:
+            self._fills[region] = {"reservations": {}, "file_systems": {}, "volumes": {}}
+            return world
         world.custom_ami = self._image(ec2, CUSTOM_AMI_NAME, "x86_64", 60)
         self._image(ec2, ARM_AMI_NAME, "arm64", 60)
         ec2.create_key_pair(KeyName=KEY_NAME, KeyType="ed25519")
@@ -334,6 +342,25 @@ class ParallelClusterWorld:
 
         self.region(region)
         return Aws(region, session=boto3.DEFAULT_SESSION)
+
+    @contextmanager
+    def with_prerequisites(self, resolution: Any, name: str, region: str) -> Iterator[Any]:
+        """The resolved spec placed in clusterkit's prerequisites stack, made here (under moto's CloudFormation) as
+        a create makes it when the resolution plans a new one, and deleted again on leaving, so that each spec
+        meets the account as it was (stacks made earlier are reused by `resolve`)."""
+        from clusterkit.cluster.prerequisites import template_text, with_outputs
+        from clusterkit.providers.aws import prerequisites
+
+        if resolution.prerequisites is None:
+            yield resolution.spec
+            return
+        aws = self.aws(region)
+        outputs = prerequisites.create(aws, resolution.stack, template_text(resolution.prerequisites, name),
+                                       resolution.parameters, name, poll_seconds=0)
+        try:
+            yield with_outputs(resolution.spec, outputs)
+        finally:
+            prerequisites.delete(aws, resolution.stack, poll_seconds=0)
 
     def validate(self, name: str, config: dict[str, Any], region: str) -> list[Finding]:
         """ParallelCluster's dry run of `config` in `region`, after clusterkit's create-time uploads."""

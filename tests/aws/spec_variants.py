@@ -119,6 +119,19 @@ def V(id: str, changes: dict[str, Value] | None = None, region: str = "us-east-1
 
 VARIANTS: list[Variant] = [
     V("base"),
+    # --- network and accounting of clusterkit's own; clusterkit on the nodes --------------------------
+    V("network-create", {"network": "create", "subnet_id": None}),
+    V("network-existing-no-subnet", {"network": "existing", "subnet_id": None}),
+    V("network-open-no-subnet", {"subnet_id": None}),
+    V("accounting-create", {"slurm.accounting": {"create": True}}),
+    V("accounting-create-network-create", {"slurm.accounting": "create", "network": "create", "subnet_id": None}),
+    V("accounting-create-name-40", {"name": "c" * 40, "slurm.accounting": "create"}),
+    V("accounting-create-name-41", {"name": "c" * 41, "slurm.accounting": "create"}),
+    V("head-node-security-group", {"head_node.additional_security_groups": [lambda w: w.efs_security_group]}),
+    V("head-node-unknown-security-group", {"head_node.additional_security_groups": ["sg-0123456789abcdef0"]},
+      scope=ACCOUNT),
+    V("clusterkit-not-installed", {"clusterkit.install": False}),
+    V("clusterkit-package-url", {"clusterkit.package": "https://example.com/clusterkit-0.1.0-py3-none-any.whl"}),
     # --- names ---------------------------------------------------------------------------------------
     V("cluster-name-newline", {"name": "tr\nain"}),
     V("queue-name-newline", {f"{GPU}.name": "gp\nu"}),
@@ -309,7 +322,8 @@ VARIANTS: list[Variant] = [
     V("efs-two-new", {"storage.efs": [{"name": "a", "mount_dir": "/a"}, {"name": "b", "mount_dir": "/b"}]}),
     # --- OpenZFS and EBS ------------------------------------------------------------------------------
     V("openzfs-home", {"storage.openzfs": [{"volume_id": OPENZFS_VOLUME_ID}]}),
-    V("openzfs-named", {"storage.openzfs": [{"volume_id": OPENZFS_VOLUME_ID, "name": "shared", "mount_dir": "/shared"}]}),
+    V("openzfs-named", {"storage.openzfs": [{"volume_id": OPENZFS_VOLUME_ID, "name": "shared",
+                                             "mount_dir": "/shared"}]}),
     V("openzfs-malformed", {"storage.openzfs": [{"volume_id": "fsvol-1"}]}),
     V("ebs-gp3", {"storage.ebs": [{"name": "data", "mount_dir": "/data", "size_gib": 500}]}),
     V("ebs-default-size", {"storage.ebs": [{"name": "data", "mount_dir": "/data"}]}),

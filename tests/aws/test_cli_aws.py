@@ -12,9 +12,8 @@ import yaml
 from clusterkit import registry
 from clusterkit.cli import main
 from clusterkit.findings import Finding, Level
-from clusterkit.providers.aws import cluster as aws_cluster
 
-from .conftest import REGION, answer, answer_reservations, private_subnets, reservation
+from .conftest import REGION, answer, answer_reservations, private_subnets, reservation, use_fake_parallelcluster
 from .fake_backend import FakeParallelCluster
 
 
@@ -23,11 +22,7 @@ def backend(mocked: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Fa
     import boto3
 
     private_subnets(boto3.client("ec2", region_name=REGION), "us-east-1b", "us-east-1c")
-    fake = FakeParallelCluster()
-    monkeypatch.setenv("CLUSTERKIT_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(aws_cluster, "ParallelClusterBackend", lambda: fake)
-    monkeypatch.setattr(aws_cluster, "POLL_SECONDS", 0)
-    return fake
+    return use_fake_parallelcluster(FakeParallelCluster(), monkeypatch, tmp_path / "home")
 
 
 def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
@@ -37,7 +32,8 @@ def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
 
 
 def create(capsys: pytest.CaptureFixture, *extra: str) -> tuple[int, str, str]:
-    return run(capsys, "create-cluster", "--preset", "p4de", "--name", "train", "--region", REGION, *extra)
+    source = () if "--file" in extra else ("--preset", "p4de")
+    return run(capsys, "create-cluster", *source, "--name", "train", "--region", REGION, *extra)
 
 
 def test_create_describe_list_update_delete(backend: FakeParallelCluster, capsys: pytest.CaptureFixture,
@@ -47,8 +43,8 @@ def test_create_describe_list_update_delete(backend: FakeParallelCluster, capsys
     assert out.startswith("cluster 'train' is running in us-east-1; head node 10.0.0.10")
     assert "ParallelCluster dry run" in err and "chose availability_zone: us-east-1" in err
     assert "train: CREATE_COMPLETE" in err
-    assert [call[0] for call in backend.calls] == ["dry_run", "create"]
-    config = backend.calls[1][2]
+    assert [call[0] for call in backend.calls] == ["dry_run", "dry_run", "create"]  # again with the database
+    config = backend.calls[-1][2]
     assert config["HeadNode"]["Networking"]["SubnetId"].startswith("subnet-")
     assert config["HeadNode"]["Networking"]["SubnetId"] != "subnet-00000000000000000"
 
@@ -95,7 +91,20 @@ def test_create_json_output(backend: FakeParallelCluster, capsys: pytest.Capture
     chosen = result["plan"]["details"]["chosen"]
     assert result["status"] == "running" and chosen["availability_zone"] in ("us-east-1b", "us-east-1c")
     assert any(f["path"] == "parallelcluster.DeletionPolicyValidator" for f in result["plan"]["findings"])
-    assert result["plan"]["config"] == backend.calls[1][2]  # what was created is what the plan held
+    # What was created is what the plan held, with the accounting database's stack outputs in place of placeholders.
+    planned, created = result["plan"]["config"], backend.calls[-1][2]
+    stack = result["plan"]["details"]["prerequisites"]["stack"]
+    import boto3
+
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in boto3.client("cloudformation", region_name=REGION)
+               .describe_stacks(StackName=stack)["Stacks"][0]["Outputs"]}
+    assert created["Scheduling"]["SlurmSettings"]["Database"] == {
+        "Uri": outputs["DatabaseUri"], "UserName": "clusterkit", "PasswordSecretArn": outputs["DatabaseSecretArn"]}
+    assert created["HeadNode"]["Networking"]["AdditionalSecurityGroups"] == [outputs["DatabaseClientSecurityGroupId"]]
+    for config in (planned, created):
+        del config["Scheduling"]["SlurmSettings"]["Database"]
+        config["HeadNode"]["Networking"].pop("AdditionalSecurityGroups", None)
+    assert planned == created
 
 
 def test_findings_stop_the_create_before_anything_is_made(backend: FakeParallelCluster,
@@ -118,9 +127,18 @@ def test_a_parallelcluster_rejection_is_printed_and_nothing_is_created(backend: 
     assert [call[0] for call in backend.calls] == ["dry_run"] and not registry.exists("train")
 
 
+def _spec_without_accounting(tmp_path: Path, **changes: object) -> Path:
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "cluster-configs" / "p4de.yaml").read_text())
+    spec["slurm"]["accounting"] = "none"
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump({**spec, **changes}))
+    return spec_file
+
+
 def test_a_failing_stack_says_why_and_keeps_the_record_for_delete(backend: FakeParallelCluster,
                                                                   capsys: pytest.CaptureFixture,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
     from clusterkit.providers.aws import access
 
     original = access.Aws.client
@@ -140,7 +158,7 @@ def test_a_failing_stack_says_why_and_keeps_the_record_for_delete(backend: FakeP
         return made
 
     monkeypatch.setattr(access.Aws, "client", client)
-    code, _, err = create(capsys)
+    code, _, err = create(capsys, "--file", str(_spec_without_accounting(tmp_path)))
     assert code == 1
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: stack train: create failed (CREATE_FAILED) at ComputeFleet (AWS::EC2::Instance): "
@@ -170,7 +188,7 @@ def test_capacity_reservation_flows_into_the_config(backend: FakeParallelCluster
     code, out, err = run(capsys, "create-cluster", "--file", str(spec_file), "--name", "train", "-o", "json")
     assert code == 0, out + err
     assert json.loads(out)["plan"]["details"]["chosen"]["availability_zone"] == "us-east-1c"
-    resource = backend.calls[1][2]["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]
+    resource = backend.calls[-1][2]["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]
     assert resource["CapacityReservationTarget"] == {"CapacityReservationId": "cr-0123456789abcdef0"}
     assert resource["Networking"]["PlacementGroup"] == {"Enabled": False}
 
@@ -206,9 +224,7 @@ def test_output_config_is_the_same_bytes_with_and_without_dry_run(backend: FakeP
     vpc = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="172.31.192.0/20",
                                AvailabilityZone="us-east-1b")["Subnet"]["SubnetId"]
-    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "cluster-configs" / "p4de.yaml").read_text())
-    spec_file = tmp_path / "spec.yaml"
-    spec_file.write_text(yaml.safe_dump({**spec, "scripts_bucket": "team-cluster-scripts", "subnet_id": subnet}))
+    spec_file = _spec_without_accounting(tmp_path, scripts_bucket="team-cluster-scripts", subnet_id=subnet)
     dry, real = tmp_path / "dry.yaml", tmp_path / "real.yaml"
     source = ("create-cluster", "--file", str(spec_file), "--name", "train")
     assert run(capsys, *source, "--dry-run", "--output-config", str(dry))[0] == 0
@@ -229,7 +245,7 @@ def test_delete_dry_run_says_what_goes_and_what_stays(backend: FakeParallelClust
     assert code == 0 and plan["confirm"] is True and registry.exists("train")
     assert any("CloudFormation stack train" in item for item in plan["deletes"])
     assert any("FsxLustre 'fsx' on /fsx" in item for item in plan["deletes"] + plan["keeps"])
-    assert [call[0] for call in backend.calls] == ["dry_run", "create"]  # nothing deleted
+    assert [call[0] for call in backend.calls] == ["dry_run", "dry_run", "create"]  # nothing deleted
 
 
 def _fsx_of(cluster: str) -> list[dict]:
@@ -249,7 +265,7 @@ def test_deleting_a_p4de_cluster_keeps_its_fsx_and_says_so(backend: FakeParallel
     code, out, err = run(capsys, "delete-cluster", "train", "--yes")
     assert code == 0, err
     assert "it keeps: FsxLustre 'fsx' on /fsx (DeletionPolicy Retain)" in err
-    assert out.strip().endswith("kept: FsxLustre 'fsx' on /fsx (DeletionPolicy Retain)")
+    assert "kept: FsxLustre 'fsx' on /fsx (DeletionPolicy Retain); the accounting database's final snapshot" in out
     assert [fs["FileSystemId"] for fs in _fsx_of("train")] == [fsx["FileSystemId"]]  # the data outlived the cluster
     assert not registry.exists("train")
 
@@ -294,16 +310,18 @@ def test_create_uploads_clusterkits_node_scripts_to_their_content_addressed_keys
     assert code == 0, err
     plan = json.loads(out)["plan"]
     bucket = f"clusterkit-123456789012-{REGION}"
-    script = node_script("pyxis-enroot.sh")
-    assert plan["uploads"] == {script.url(bucket): str(script.path)}
+    script, install = node_script("pyxis-enroot.sh"), node_script("clusterkit-venv.sh")
+    assert plan["uploads"] == {script.url(bucket): str(script.path), install.url(bucket): str(install.path)}
     assert f"upload pyxis-enroot.sh to {script.url(bucket)}" in plan["actions"]
     s3 = boto3.client("s3", region_name=REGION)
     assert s3.get_object(Bucket=bucket, Key=script.key)["Body"].read() == script.path.read_bytes()
     assert s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]["BlockPublicPolicy"]
-    created = backend.calls[1][2]
-    assert created["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"] == script.url(bucket)
-    # ParallelCluster's dry run ran before the upload: it was told not to look for the scripts yet.
-    assert backend.suppressed == [("AsyncTimedUrlValidator",)]
+    created = backend.calls[-1][2]
+    assert [action["Script"] for action in created["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"]] == \
+        [script.url(bucket), install.url(bucket)]
+    # ParallelCluster's dry run ran before the upload: it was told not to look for the scripts yet. Before the
+    # accounting database existed it did not look for its secret either; the second run, with the database, did.
+    assert backend.suppressed == [("AsyncTimedUrlValidator", "PasswordSecretArnValidator"), ("AsyncTimedUrlValidator",)]
 
 
 def test_a_custom_ami_by_name_is_a_placeholder_offline_and_the_image_at_create(
@@ -352,3 +370,46 @@ def test_the_queues_of_a_multi_subnet_queue_are_known_to_jobs() -> None:
                      "storage.lustre", [])
     config = render_config(load_spec_data(data)[0])
     assert queue_instance_types(config) == {"gpu": ["p4de.24xlarge"], "cpu": ["c5.4xlarge"]}
+
+
+def test_the_offline_dry_run_writes_the_prerequisites_template_beside_the_config(
+        aws_env: None, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    config, template = tmp_path / "cluster.yaml", tmp_path / "prerequisites.yaml"
+    code, out, err = create(capsys, "--dry-run", "--output-config", str(config), "--output-prerequisites",
+                            str(template))
+    assert code == 0, err
+    assert f"wrote {template}" in out
+    resources = yaml.safe_load(template.read_text())["Resources"]
+    assert {"Vpc", "PrivateSubnet", "NatGateway", "Database", "DatabaseSecret"} <= set(resources)
+    assert "Database" in yaml.safe_load(config.read_text())["Scheduling"]["SlurmSettings"]
+    assert "NAT gateway" in out and "accounting database" in out  # their cost per hour in the summary
+    code, out, _ = create(capsys, "--dry-run", "--output", "json", "--output-prerequisites", str(template))
+    assert code == 0 and json.loads(out)["prerequisites_file"] == str(template)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("--output-prerequisites", "t.yaml"), "--output-prerequisites writes the template of a dry run"),
+    (("--dry-run", "--account-dry-run"), "--dry-run stays offline; --account-dry-run asks the account"),
+])
+def test_the_dry_run_flags_are_refused_in_one_line(aws_env: None, capsys: pytest.CaptureFixture, extra: tuple[str, ...],
+                                                   message: str) -> None:
+    code, _, err = create(capsys, *extra)
+    assert code != 0 and err.startswith(f"error: {message}") and err.count("\n") == 1
+
+
+def test_a_template_for_a_spec_that_needs_none_is_refused_and_nothing_written(
+        aws_env: None, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    spec_file = _spec_without_accounting(tmp_path, subnet_id="subnet-0123456789abcdef0")
+    template = tmp_path / "prerequisites.yaml"
+    code, _, err = create(capsys, "--file", str(spec_file), "--dry-run", "--output-prerequisites", str(template))
+    assert code == 1 and "needs no prerequisites stack" in err and "drop --output-prerequisites" in err
+    assert not template.exists()
+
+
+def test_the_template_is_not_written_to_a_fifo(aws_env: None, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code, _, err = create(capsys, "--dry-run", "--output-prerequisites", str(fifo))
+    assert code == 1 and err.count("\n") == 1 and str(fifo) in err

@@ -60,7 +60,12 @@ def verdicts(world: Any, variant: Variant) -> Verdicts:
     account: list[Finding] = []
     if not offline:  # as create-cluster: resolve only what passed offline, and hand on the resolved spec
         resolution = resolve(spec, world.aws(variant.region), ACCOUNT)
-        account, spec = _errors(resolution.findings), resolution.spec
+        account = _errors(resolution.findings)
+        if not account:  # as apply: the prerequisites stack (network, database) when the spec needs a new one
+            with world.with_prerequisites(resolution, spec.name, variant.region) as placed:
+                parallelcluster = _errors(world.validate(placed.name, render_config(placed), variant.region))
+            return Verdicts(offline, account, parallelcluster)
+        spec = resolution.spec
     parallelcluster = _errors(world.validate(spec.name, render_config(spec), variant.region))
     return Verdicts(offline, account, parallelcluster)
 

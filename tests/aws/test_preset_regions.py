@@ -48,7 +48,9 @@ def test_preset_in_region(pcluster_world: Any, name: str, region: str) -> None:
         assert errors == []
         resolution = resolve(plan.spec, pcluster_world.aws(region), ACCOUNT)
         assert resolution.ok, resolution.findings
-        findings = pcluster_world.validate(name, render_config(resolution.spec), region)
+        with pcluster_world.with_prerequisites(resolution, name, region) as spec:  # the accounting database's stack
+            assert spec.slurm.accounting.uri and spec.head_node.additional_security_groups
+            findings = pcluster_world.validate(name, render_config(spec), region)
         assert [f for f in findings if f.level is Level.ERROR] == []
         return
     for instance_type in missing:

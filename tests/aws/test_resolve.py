@@ -55,10 +55,25 @@ def test_without_a_subnet_a_private_one_is_chosen_where_every_compute_type_is_of
 
 
 def test_only_public_subnets_in_the_default_vpc_is_an_error_for_several_network_cards(aws) -> None:  # noqa: ANN001
-    (message,) = errors(resolve(p4de(), aws, ACCOUNT))
+    (message,) = errors(resolve(p4de(network="existing"), aws, ACCOUNT))
     assert message.startswith("subnet_id: p4de.24xlarge (several network cards) need a private subnet (they get no "
                               "public IP), and the default VPC vpc-")
     assert "NAT gateway" in message
+
+
+def test_only_public_subnets_in_the_default_vpc_plan_a_network_of_clusterkits_own(aws) -> None:  # noqa: ANN001
+    resolution = resolve(p4de(), aws, ACCOUNT)
+    assert errors(resolution) == []
+    assert resolution.prerequisites is not None and resolution.prerequisites.to_dict() == {"network": True,
+                                                                                        "database": True}
+    zone = resolution.parameters["AvailabilityZone"]
+    assert zone in ("us-east-1b", "us-east-1c")  # where moto offers p4de.24xlarge
+    assert resolution.parameters["DatabaseAvailabilityZone"] != zone
+    assert resolution.stack == "clusterkit-prerequisites-train" and resolution.spec.subnet_id is None
+    assert any(f.path == "network" and "makes a network for the cluster" in f.message for f in resolution.findings)
+    # A g5.12xlarge queue has one network card, but its EFA interface keeps it out of public subnets too.
+    g5 = preset("g5")
+    assert resolve(g5, aws, ACCOUNT).prerequisites.network is True
 
 
 def test_a_given_public_subnet_is_an_error_for_several_network_cards(aws) -> None:  # noqa: ANN001
@@ -89,6 +104,15 @@ def test_a_reservation_decides_the_zone_of_the_chosen_subnet(aws) -> None:  # no
     resolution = resolve(with_reservation(p4de()), aws, ACCOUNT)
     assert resolution.ok, errors(resolution)
     assert resolution.chosen["availability_zone"] == "us-east-1c"
+
+
+@pytest.mark.parametrize("zone", ["us-east-1b", "us-east-1c"])
+def test_a_reservation_decides_the_zone_of_a_network_of_clusterkits_own(aws, zone: str) -> None:  # noqa: ANN001
+    answer_reservations(aws.client("ec2"), reservation(zone=zone, count=4))  # the default VPC only: all public
+    resolution = resolve(with_reservation(p4de()), aws, ACCOUNT)
+    assert resolution.ok, errors(resolution)
+    assert resolution.prerequisites is not None and resolution.prerequisites.network
+    assert resolution.parameters["AvailabilityZone"] == resolution.chosen["availability_zone"] == zone
 
 
 def test_a_scheduled_capacity_block_is_usable(aws) -> None:  # noqa: ANN001
@@ -127,7 +151,8 @@ def test_an_unknown_reservation(aws) -> None:  # noqa: ANN001
     answer_reservations(aws.client("ec2"))
     resolution = resolve(with_reservation(p4de(), "cr-0fffffffffffffff0"), aws, ACCOUNT)
     assert errors(resolution)[0].startswith(
-        f"queues[0].compute[0].capacity_reservation_id: capacity reservation cr-0fffffffffffffff0 not found in {REGION}")
+        "queues[0].compute[0].capacity_reservation_id: capacity reservation cr-0fffffffffffffff0 "
+        f"not found in {REGION}")
 
 
 def test_a_missing_key_pair_says_how_to_create_it(aws) -> None:  # noqa: ANN001
@@ -170,8 +195,9 @@ def test_an_existing_bucket_passes(aws) -> None:  # noqa: ANN001
 def test_custom_ami_by_name_and_by_id(aws) -> None:  # noqa: ANN001
     private_subnets(aws.client("ec2"), "us-east-1b")
     ec2 = aws.client("ec2")
-    image_id = ec2.register_image(Name="my-training-ami-2026", RootDeviceName="/dev/sda1",
-                                  BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 60}}])["ImageId"]
+    image_id = ec2.register_image(
+        Name="my-training-ami-2026", RootDeviceName="/dev/sda1",
+        BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 60}}])["ImageId"]
     for given in ("my-training-ami-2026", image_id):
         spec = p4de()
         spec.image.custom_ami = given

@@ -40,7 +40,8 @@ def full_spec(existing_storage: bool = False) -> dict[str, Any]:
     existing storage and a reservation group (those fields exclude each other)."""
     script = {"script": "s3://team-scripts/setup.sh", "args": ["--flag", "value"]}
     actions = {"on_node_start": [script], "on_node_configured": [script], "on_node_updated": [script]}
-    reservation = ({"capacity_reservation_resource_group_arn": "arn:aws:resource-groups:us-east-1:123456789012:group/odcr"}
+    group = "arn:aws:resource-groups:us-east-1:123456789012:group/odcr"
+    reservation = ({"capacity_reservation_resource_group_arn": group}
                    if existing_storage else {"capacity_reservation_id": "cr-0123456789abcdef0"})
     if existing_storage:
         storage = {"lustre": [{"name": "fsx", "mount_dir": "/fsx", "file_system_id": "fs-0123456789abcdef0"}],
@@ -59,7 +60,9 @@ def full_spec(existing_storage: bool = False) -> dict[str, Any]:
     spec = {
         "name": "hostile", "region": "us-east-1", "os": "ubuntu2204", "subnet_id": SUBNET,
         "image": {"custom_ami": "ami-0123456789abcdef0"}, "scripts_bucket": "team-scripts",
+        "network": "existing",
         "head_node": {"instance_type": "c5.9xlarge", "subnet_id": SUBNET, "custom_actions": actions,
+                      "additional_security_groups": ["sg-0123456789abcdef0"],
                       "iam": {"additional_policies": ["AmazonSSMManagedInstanceCore"]}},
         "login_nodes": [{"name": "login", "instance_type": "c5.2xlarge", "subnet_id": SUBNET,
                          "iam": {"additional_policies": ["AmazonSSMManagedInstanceCore"]}}],
@@ -75,6 +78,7 @@ def full_spec(existing_storage: bool = False) -> dict[str, Any]:
         "slurm": {"queue_update_strategy": "DRAIN", "custom_settings": {"RequeueExit": "42"},
                   "accounting": {"uri": "db.example.com:3306", "user_name": "slurm",
                                  "password_secret_arn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:db-x"}},
+        "clusterkit": {"install": True, "package": "clusterkit==0.1.0"},
         "tags": {"team": "ml"},
     }
     return spec
@@ -181,7 +185,8 @@ def test_a_hostile_value_is_refused_or_harmless(path: str, tmp_path: Path) -> No
                 assert not any(CONTROL_RE.search(str(f)) for f in findings)  # every finding one line
                 continue
             assert spec is not None
-            assert _run_node_scripts(render_config(spec), tmp_path) == 3  # pyxis on head and queue, neuron
+            # pyxis on head and queue, neuron, clusterkit on the head node
+            assert _run_node_scripts(render_config(spec), tmp_path) == 4
             assert not canary.exists(), f"{path} = {value[:60]!r} ran a command"
 
 
@@ -210,3 +215,12 @@ def test_a_newline_in_a_slurm_setting_is_refused() -> None:
     (error,) = [f for f in validate(spec) if f.level is Level.ERROR and "U+000A" in f.message]
     assert error.path == "slurm.custom_settings.MaxJobCount"
     assert error.value == "1\\u000aSlurmctldHost=x"  # shown escaped, on one line
+
+
+@pytest.mark.parametrize("path", ["network", "slurm.accounting"])
+def test_every_hostile_value_in_a_short_form_choice_is_refused(path: str) -> None:
+    """`network` and `slurm.accounting` take a word (create, existing / create, none): nothing else passes."""
+    for value in hostile_values("/tmp/x") + ["CREATE", "create ", " none"]:
+        spec, findings = load_spec_data(set_field(full_spec(), path, value))
+        errors = [f for f in findings + (validate(spec) if spec else []) if f.level is Level.ERROR and f.path == path]
+        assert errors and all(f.fix and not CONTROL_RE.search(str(f)) for f in errors), value[:40]

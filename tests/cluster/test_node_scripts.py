@@ -1,4 +1,5 @@
-"""clusterkit's node scripts: lint-clean, and doing on a node exactly what they say, run as ParallelCluster runs them."""
+"""clusterkit's node scripts: lint-clean, and doing on a node exactly what they say, run as ParallelCluster runs
+them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tests.tools import shellcheck
 from clusterkit.cluster import preset, render_config
 from clusterkit.cluster.node_scripts import NEURON_PACKAGES, NEURON_SDK, node_script, uploads
 
-SCRIPTS = ("pyxis-enroot.sh", "neuron.sh")
+SCRIPTS = ("pyxis-enroot.sh", "neuron.sh", "clusterkit-venv.sh")
 
 
 def _mode(path: Path) -> int:
@@ -130,7 +131,7 @@ def test_the_node_packages_are_the_container_recipes_neuron_release() -> None:
 def test_uploads_are_exactly_the_shipped_scripts_a_config_runs() -> None:
     config = render_config(preset("trn1"))
     found = uploads(config)
-    assert sorted(script.name for script in found.values()) == ["neuron.sh", "pyxis-enroot.sh"]
+    assert sorted(script.name for script in found.values()) == ["clusterkit-venv.sh", "neuron.sh", "pyxis-enroot.sh"]
     for url, script in found.items():
         assert url == script.url("clusterkit-000000000000-us-east-1") and f"sha256-{script.sha256}" in url
     # A URL naming another hash is not one of this clusterkit's scripts: nothing to upload for it.

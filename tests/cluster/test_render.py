@@ -8,7 +8,7 @@ import hashlib
 
 import pytest
 import yaml
-from tests.cluster.cluster_spec_helpers import RESERVATION, SUBNET, base_data, with_fields
+from tests.cluster.cluster_spec_helpers import RESERVATION, SUBNET, base_data, set_field, with_fields
 
 from clusterkit.cluster import load_spec_data, preset, preset_names, render, render_config
 from clusterkit.cluster.node_scripts import node_script
@@ -87,8 +87,9 @@ def test_pyxis_and_user_actions_run_in_sequence() -> None:
     sequence = config["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]["Sequence"]
     assert sequence[0]["Args"] == ["--role", "compute", "--enroot-dir", "/scratch/enroot"]  # p4de has NVMe
     assert sequence[1] == {"Script": "s3://b/setup.sh", "Args": ["-x"]}
-    head = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]
-    assert head["Args"] == ["--role", "head", "--enroot-dir", "/var/enroot"]  # c5.9xlarge has none
+    pyxis, install = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"]
+    assert pyxis["Args"] == ["--role", "head", "--enroot-dir", "/var/enroot"]  # c5.9xlarge has none
+    assert install["Script"].endswith("/clusterkit-venv.sh")
     cpu = config["Scheduling"]["SlurmQueues"][1]["CustomActions"]["OnNodeConfigured"]
     assert cpu["Args"][-1] == "/var/enroot"
 
@@ -96,7 +97,7 @@ def test_pyxis_and_user_actions_run_in_sequence() -> None:
 def test_node_scripts_are_clusterkits_own_pinned_by_content_hash() -> None:
     config = _config({})
     script = node_script("pyxis-enroot.sh")
-    url = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"]
+    url = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][0]["Script"]
     digest = hashlib.sha256(script.path.read_bytes()).hexdigest()
     assert url == f"s3://clusterkit-000000000000-us-east-1/clusterkit/node-scripts/sha256-{digest}/pyxis-enroot.sh"
     assert "githubusercontent" not in render(load_spec_data(base_data())[0])
@@ -105,11 +106,12 @@ def test_node_scripts_are_clusterkits_own_pinned_by_content_hash() -> None:
                                                       "KeyName": "clusterkit/node-scripts/*",
                                                       "EnableWriteAccess": False}]
     named = _config({"scripts_bucket": "team-scripts"})
-    assert named["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"].startswith("s3://team-scripts/")
+    assert named["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][1]["Script"].startswith(
+        "s3://team-scripts/")
 
 
-def test_pyxis_off_leaves_no_custom_actions() -> None:
-    config = _config({"pyxis.enabled": False})
+def test_pyxis_and_clusterkit_off_leave_no_custom_actions() -> None:
+    config = _config({"pyxis.enabled": False, "clusterkit.install": False})
     assert "CustomActions" not in config["HeadNode"]
     assert "CustomActions" not in config["Scheduling"]["SlurmQueues"][0]
     assert "S3Access" not in config["HeadNode"]["Iam"]
@@ -199,3 +201,56 @@ def test_custom_ami_login_nodes_and_per_node_settings() -> None:
     assert _compute(config)["CapacityReservationTarget"] == {
         "CapacityReservationResourceGroupArn": "arn:aws:resource-groups:us-east-1:123456789012:group/odcr"}
     assert _compute(config)["Networking"] == {"PlacementGroup": {"Enabled": False}}  # reserved capacity
+
+
+def test_the_head_node_installs_clusterkit_on_shared_storage_for_the_jobs() -> None:
+    from clusterkit import __version__
+    from clusterkit.cluster.node_scripts import installed_python
+
+    config = _config({})
+    install = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][1]
+    assert install["Args"] == ["--venv", f"/fsx/clusterkit/venv-{__version__}",
+                               "--package", f"clusterkit=={__version__}"]
+    assert installed_python(config) == f"/fsx/clusterkit/venv-{__version__}/bin/python"
+    # Nothing else installs it: the compute nodes read it from /fsx.
+    assert not any("clusterkit-venv.sh" in str(queue.get("CustomActions"))
+                   for queue in config["Scheduling"]["SlurmQueues"])
+    without_fsx = _config({"storage.lustre": [], "clusterkit.package": "https://example.com/ck.whl"})
+    assert installed_python(without_fsx) == f"/home/clusterkit/venv-{__version__}/bin/python"
+    assert without_fsx["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][1]["Args"][-1] == \
+        "https://example.com/ck.whl"
+    assert installed_python(_config({"clusterkit.install": False})) is None
+
+
+def test_a_database_clusterkit_makes_is_a_placeholder_until_its_stack_exists() -> None:
+    from clusterkit.cluster.prerequisites import with_outputs
+
+    spec = load_spec_data(set_field(base_data(), "slurm.accounting", "create"))[0]
+    database = render_config(spec)["Scheduling"]["SlurmSettings"]["Database"]
+    assert database == {"Uri": "clusterkit-accounting.invalid:3306", "UserName": "clusterkit",
+                        "PasswordSecretArn": "arn:aws:secretsmanager:us-east-1:000000000000:secret:"
+                                             "clusterkit-accounting-000000"}
+    outputs = {"DatabaseUri": "db.abc.us-east-1.rds.amazonaws.com:3306", "DatabaseUserName": "clusterkit",
+               "DatabaseSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:db-AbC",
+               "DatabaseClientSecurityGroupId": "sg-0123456789abcdef0"}
+    config = render_config(with_outputs(spec, outputs))
+    assert config["Scheduling"]["SlurmSettings"]["Database"] == {
+        "Uri": outputs["DatabaseUri"], "UserName": "clusterkit", "PasswordSecretArn": outputs["DatabaseSecretArn"]}
+    assert config["HeadNode"]["Networking"]["AdditionalSecurityGroups"] == ["sg-0123456789abcdef0"]
+
+
+def test_the_p4de_preset_has_a_database_unless_accounting_none_opts_out() -> None:
+    from clusterkit.cluster import validate
+    from clusterkit.findings import Level
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "cluster-configs" / "p4de.yaml").read_text())
+    spec, _ = load_spec_data(data)
+    assert "Database" in render_config(spec)["Scheduling"]["SlurmSettings"]
+    (too_long,) = [f for f in validate(load_spec_data({**data, "name": "c" * 41})[0]) if f.level is Level.ERROR]
+    assert too_long.path == "name" and "at most 40 allowed with Slurm accounting" in too_long.message
+    opted_out, _ = load_spec_data({**data, "name": "c" * 41, "slurm": {**data["slurm"], "accounting": "none"}})
+    assert "Database" not in render_config(opted_out)["Scheduling"]["SlurmSettings"]
+    findings = validate(opted_out)
+    assert not [f for f in findings if f.level is Level.ERROR]  # 41 characters: fine without accounting
+    assert any(f.path == "slurm.accounting" and f.level is Level.WARNING and "no Slurm accounting database" in
+               f.message for f in findings)

@@ -7,7 +7,7 @@ from tests.cluster.cluster_spec_helpers import RESERVATION, SUBNET, base_data, f
 
 from clusterkit.findings import Level, has_errors
 
-E, W = Level.ERROR, Level.WARNING
+E, W, I = Level.ERROR, Level.WARNING, Level.INFO
 CR = "queues[0].compute[0]"
 FSX = "storage.lustre[0]"
 
@@ -163,7 +163,24 @@ CASES = [
     ("os-unknown", {"os": "windows"}, E, "os", "does not support"),
     ("region", {"region": "mars-1"}, E, "region", "not an AWS region"),
     ("subnet-format", {"subnet_id": "net-1"}, E, "subnet_id", "subnet-<8 or 17"),
-    ("subnet-missing", {"subnet_id": None}, W, "subnet_id", "placeholder"),
+    ("subnet-missing", {"subnet_id": None, "network": "existing"}, W, "subnet_id", "placeholder"),
+    ("subnet-missing-network-open", {"subnet_id": None}, I, "subnet_id", "a network of clusterkit's own"),
+    ("network-create-with-subnet", {"network": "create"}, E, "subnet_id", "network: create makes"),
+    ("network-unknown", {"network": "vpc"}, E, "network", "network is one of create, existing"),
+    ("security-group-format", {"head_node.additional_security_groups": ["db-client"]}, E,
+     "head_node.additional_security_groups[0]", "sg-<8 or 17"),
+    ("clusterkit-package-option", {"clusterkit.package": "--index-url=https://evil"}, E, "clusterkit.package",
+     "one pip requirement"),
+    ("clusterkit-package-two-words", {"clusterkit.package": "clusterkit torch"}, E, "clusterkit.package",
+     "one pip requirement"),
+    ("clusterkit-venv-path", {"storage.lustre[0].mount_dir": "/fsx data"}, I, "clusterkit.install",
+     "installs clusterkit into /home/clusterkit/venv-"),
+    ("accounting-create", {"slurm.accounting": "create"}, I, "slurm.accounting", "placeholders for the database"),
+    ("accounting-create-and-uri", {"slurm.accounting": {"create": True, "uri": "db:3306"}}, E,
+     "slurm.accounting.uri", "makes its own database"),
+    ("accounting-incomplete", {"slurm.accounting": {"uri": "db:3306"}}, E, "slurm.accounting.user_name",
+     "needs user_name, password_secret_arn"),
+    ("accounting-create-name-41", {"slurm.accounting": "create", "name": "c" * 41}, E, "name", "at most 40"),
     ("scaledown", {"slurm.scaledown_idletime": -2}, E, "slurm.scaledown_idletime", "-1 (never) or more"),
     ("queue-update-strategy", {"slurm.queue_update_strategy": "DRAIN_ALL"}, E, "slurm.queue_update_strategy",
      "unknown queue update strategy"),

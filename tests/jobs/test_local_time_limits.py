@@ -63,20 +63,31 @@ def assert_checkpointed_requeued_and_identical(handle, workdir: Path, digest: st
     return log
 
 
+@pytest.fixture(scope="module")
+def timed_runs(local_cluster, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Both time-limit jobs, submitted at once (they run side by side, two nodes each): name -> (handle, workdir).
+    The supervised one has a restart budget of one and trains long enough (~105 s) for at least two requeues
+    at the limit: planned requeues spend none of the budget."""
+    runs = {}
+    long_env = {"TRAIN_STEPS": str(STEPS), "STEP_SECONDS": "0.7", "CHECKPOINT_EVERY": "100000"}
+    for spec in (timed_spec("timed"), timed_spec("timed-supervised", supervise=True, max_restarts=1, env=long_env)):
+        workdir = tmp_path_factory.mktemp(spec["name"])
+        (workdir / "examples").symlink_to(REPO / "examples")
+        workdir.chmod(0o777)
+        runs[spec["name"]] = (submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir), workdir)
+    return runs
+
+
 @pytest.mark.slow
-def test_an_unsupervised_job_checkpoints_and_requeues_at_each_limit(local_cluster, workdir, uninterrupted_digest):
-    handle = submit_job(job_from_dict(timed_spec("timed")), local_cluster.name, workdir=workdir)
+def test_an_unsupervised_job_checkpoints_and_requeues_at_each_limit(timed_runs, uninterrupted_digest):
+    handle, workdir = timed_runs["timed"]
     log = assert_checkpointed_requeued_and_identical(handle, workdir, uninterrupted_digest)
     assert "asking the step to save and stop (SIGTERM)" in log and "requeueing job" in log
 
 
 @pytest.mark.slow
-def test_a_supervised_job_checkpoints_and_requeues_at_each_limit(local_cluster, workdir, uninterrupted_digest):
-    # A restart budget of one, and training long enough (~105 s) for at least two requeues at the limit:
-    # planned requeues spend none of the budget.
-    env = {"TRAIN_STEPS": str(STEPS), "STEP_SECONDS": "0.7", "CHECKPOINT_EVERY": "100000"}
-    handle = submit_job(job_from_dict(timed_spec("timed-supervised", supervise=True, max_restarts=1, env=env)),
-                        local_cluster.name, workdir=workdir)
+def test_a_supervised_job_checkpoints_and_requeues_at_each_limit(timed_runs, uninterrupted_digest):
+    handle, workdir = timed_runs["timed-supervised"]
     assert_checkpointed_requeued_and_identical(handle, workdir, uninterrupted_digest)
     decisions = [entry["decision"] for entry in runtime.read_decisions(workdir / "run/.clusterkit/decisions.jsonl")]
     assert decisions[-1] == "completed" and set(decisions[:-1]) == {"time_limit"}, decisions

@@ -7,6 +7,7 @@ updating need Node.js on PATH, which ParallelCluster's CDK uses to build the sta
 
 from __future__ import annotations
 
+import logging
 import shutil
 from typing import Any, Protocol
 
@@ -105,7 +106,13 @@ def _pcluster_lib() -> Any:
     except ImportError:
         raise MissingDependency("aws-parallelcluster is not installed",
                                 fix="pip install 'clusterkit[validate]'") from None
+    # ParallelCluster logs each failed AWS call, and Python's last-resort handler would print that beside
+    # clusterkit's own one-line error: its logger gets a handler that drops them.
+    logging.getLogger("pcluster").addHandler(_QUIET)
     return lib
+
+
+_QUIET = logging.NullHandler()
 
 
 def _content(error: BaseException) -> dict[str, Any]:
@@ -145,4 +152,6 @@ def _as_error(error: BaseException, doing: str) -> ClusterkitError:
     problems = [m for m in content.get("configuration_validation_errors") or []
                 if str(m.get("level")).upper() == "ERROR"] + list(content.get("update_validation_errors") or [])
     errors = "; ".join(str(m.get("message")) for m in problems)
-    return ClusterkitError(f"{doing}: {message}" + (f": {errors}" if errors else ""))
+    fix = ("run `aws configure` or set AWS_PROFILE, then retry"
+           if "credentials" in str(message).lower() else "")
+    return ClusterkitError(f"{doing}: {message}" + (f": {errors}" if errors else ""), fix=fix)

@@ -20,7 +20,8 @@ from clusterkit.errors import ClusterkitError
 from clusterkit.providers.base import Progress, quiet
 
 # Reasons AWS gives, and what to do about them (first match wins).
-FAILURE_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(pattern, re.IGNORECASE), hint) for pattern, hint in (
+FAILURE_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), hint) for pattern, hint in (
     (r"WaitCondition.*(timed out|timeout)|Failed to receive \d+ resource signal",
      "the head node did not finish its setup: read /var/log/cfn-init.log and /var/log/chef-client.log on it "
      "(`pcluster export-cluster-logs`); a failing custom action or a subnet without a route to the internet "

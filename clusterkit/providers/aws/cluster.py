@@ -3,11 +3,12 @@
     provider = AwsProvider()
     plan = provider.plan(ClusterRequest(name="train", preset="p4de"))  # offline: spec, config, findings
     plan = provider.prepare(plan)            # credentials, resolution, ParallelCluster's dry run; no change
-    cluster = provider.apply(plan)           # uploads the node scripts, creates exactly plan.config, follows it
+    cluster = provider.apply(plan)           # the prerequisites stack when new, the node scripts, the cluster
     cluster.resize("train", max_count=8); cluster.deletion(); cluster.delete()
+    cluster.slurm()                          # Slurm on its head node, over SSH (or SSM Session Manager)
 
-The registry record (provider "aws") keeps the region, the stack id and the config file, so every
-later verb finds the cluster by name alone.
+The registry record (provider "aws") keeps the region, the stack id, the config file, the prerequisites stack
+and how to reach the head node, so every later verb finds the cluster by name alone.
 """
 
 from __future__ import annotations
@@ -19,20 +20,25 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit import registry
+from clusterkit.cluster.node_scripts import installed_python
 from clusterkit.cluster.plan import ClusterPlan, ClusterRequest, plan_spec, script_uploads, spec_data
-from clusterkit.cluster.render import config_text, render_config
+from clusterkit.cluster.prerequisites import CREATED_FOR_TAG, Prerequisites, planned, template_text, with_outputs
+from clusterkit.cluster.render import config_text, render_config, shared_dir
 from clusterkit.cluster.storage import storage_fates
 from clusterkit.cluster.validators import validate
 from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
 from clusterkit.files import write_atomically
-from clusterkit.findings import has_errors
+from clusterkit.findings import Finding, Level, has_errors
+from clusterkit.providers.aws import prerequisites as stacks
 from clusterkit.providers.aws.access import Aws, check_caller
 from clusterkit.providers.aws.backend import ClusterBackend, Config, ParallelClusterBackend
 from clusterkit.providers.aws.cloudformation import StackFailed, follow_stack
-from clusterkit.providers.aws.resolve import resolve
+from clusterkit.providers.aws.resolve import Resolution, resolve
+from clusterkit.providers.aws.ssh import KNOWN_HOSTS_FILE, head_node_target
 from clusterkit.providers.aws.uploads import upload_node_scripts
 from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, quiet
 from clusterkit.slurm import Slurm
+from clusterkit.transport import SshTarget, SshTransport
 
 PROVIDER = "aws"
 CONFIG_FILE = "parallelcluster.yaml"
@@ -42,6 +48,11 @@ LOCAL_FLAGS = {"nodes": ("--nodes", 4), "cpus_per_node": ("--cpus-per-node", 2),
 # clusterkit uploads its node scripts at apply, after ParallelCluster's dry run: that run must not look
 # for them yet (clusterkit checks the spec's own scripts in `resolve` instead).
 DRY_RUN_SUPPRESSED = ("AsyncTimedUrlValidator",)
+# Before a new prerequisites stack exists, ParallelCluster's dry run sees a subnet of the chosen zone in its place
+# (whose public IPs the stack's private subnet does not give) and a placeholder database secret; apply runs the
+# full dry run again once the stack's outputs are in the config.
+STAND_IN_SUPPRESSED = ("MultiNetworkInterfacesInstancesValidator",)
+PENDING_DATABASE_SUPPRESSED = ("PasswordSecretArnValidator",)
 
 
 def _now() -> str:
@@ -74,6 +85,11 @@ class AwsProvider:
             raise ClusterkitError(f"{', '.join(given)} describe local clusters",
                                   fix="an AWS cluster's nodes come from its spec (queues[].compute[])")
         plan = plan_spec(spec_data(request))
+        if request.identity_file:
+            plan = plan.replace(details={**plan.details, "identity_file": request.identity_file})
+        wanted = planned(plan.spec) if plan.ok else None
+        if wanted is not None and wanted.needed:
+            plan = plan.replace(details={**plan.details, "prerequisites": _prerequisites_details(wanted, plan.name)})
         return plan.replace(files=self._files(plan), actions=self._actions(plan))
 
     def _files(self, plan: ClusterPlan) -> dict[str, str]:
@@ -84,14 +100,28 @@ class AwsProvider:
     def _actions(self, plan: ClusterPlan) -> tuple[str, ...]:
         region = plan.spec.region if plan.spec is not None else "?"
         uploads = [f"upload {Path(path).name} to {url}" for url, path in plan.uploads.items()]
+        prerequisites = plan.details.get("prerequisites") or {}
+        if not plan.details.get("prepared"):
+            made = [f"create clusterkit's prerequisites stack ({prerequisites['makes']}) unless the account has "
+                    "one that fits, or (for the network) a private subnet that fits; feed its outputs into the "
+                    "config and run ParallelCluster's dry run again"] if prerequisites else []
+        elif prerequisites.get("create"):
+            parameters = ", ".join(f"{k}={v}" for k, v in prerequisites["parameters"].items())
+            made = [f"create the prerequisites stack {prerequisites['stack']} ({prerequisites['makes']}; "
+                    f"{parameters}) and follow it",
+                    "render the config with its outputs (subnets, database) and run ParallelCluster's dry run on it"]
+        else:
+            made = [f"use the prerequisites stack {prerequisites['stack']}"] if prerequisites else []
         return (f"check the AWS caller (sts get-caller-identity) in {region}",
-                "resolve the spec against the account: subnet, reservations, key pair, storage, AMI, scripts bucket",
+                "resolve the spec against the account: network, reservations, key pair, storage, AMI, scripts bucket",
                 "run ParallelCluster's dry run of the resolved configuration",
+                *made,
                 *uploads,
                 f"create the cluster with ParallelCluster (CloudFormation stack {plan.name}) and follow it")
 
     def prepare(self, plan: ClusterPlan, progress: Progress = quiet) -> ClusterPlan:
-        """Check the caller, resolve the spec, render it again and run ParallelCluster's dry run."""
+        """Check the caller, resolve the spec, render it again and run ParallelCluster's dry run. Changes nothing:
+        a prerequisites stack still to be made is rendered, and the dry run sees stand-ins for what it will hold."""
         if not plan.ok or plan.spec is None:
             raise ClusterkitError("the cluster spec has errors", fix="run with --dry-run to see them")
         name = plan.name
@@ -107,13 +137,20 @@ class AwsProvider:
         findings = validate(resolution.spec) + resolution.findings
         details = {**plan.details, "prepared": True, "region": aws.region, "account": caller["account"],
                    "caller": caller["arn"], "chosen": dict(resolution.chosen),
-                   "create_scripts_bucket": resolution.create_scripts_bucket}
+                   "create_scripts_bucket": resolution.create_scripts_bucket,
+                   "prerequisites": _resolved_prerequisites(resolution, name)}
         prepared = plan.replace(spec=resolution.spec, details=details)
         if has_errors(findings):
             return prepared.replace(findings=tuple(findings), config=None, config_text=None, files={}, uploads={})
         config = render_config(resolution.spec)
-        progress("ParallelCluster dry run")
-        findings += self.backend.dry_run(name, config, aws.region, suppress=DRY_RUN_SUPPRESSED)
+        checked, suppressed, note = _dry_run_config(resolution)
+        if checked is None:
+            findings.append(Finding(Level.INFO, "parallelcluster", note))
+        else:
+            progress("ParallelCluster dry run" + (f" ({note})" if note else ""))
+            if note:
+                findings.append(Finding(Level.INFO, "parallelcluster", f"dry run of the config with {note}"))
+            findings += self.backend.dry_run(name, checked, aws.region, suppress=DRY_RUN_SUPPRESSED + suppressed)
         if has_errors(findings):
             return prepared.replace(findings=tuple(findings), config=None, config_text=None, files={}, uploads={})
         prepared = prepared.replace(findings=tuple(findings), config=config, config_text=config_text(name, config),
@@ -129,30 +166,95 @@ class AwsProvider:
             raise ClusterkitError(f"cluster {plan.name!r} was not prepared against AWS, or did not pass",
                                   fix="prepare the plan first (provider.prepare(plan)) and fix its findings")
         aws = self._aws_for(plan.details["region"])
-        upload_node_scripts(aws, plan.spec.scripts_bucket, plan.details["account"], plan.uploads,
-                            create_bucket=plan.details.get("create_scripts_bucket", False), progress=progress)
+        poll = POLL_SECONDS if poll_seconds is None else poll_seconds
         ((config_path, text),) = plan.files.items()
         config_file = Path(config_path)
+        prerequisites = plan.details.get("prerequisites") or None
+        record = registry.ClusterRecord(
+            name=plan.name, provider=PROVIDER, created=_now(),
+            details={"region": aws.region, "stack_name": plan.name, "stack_id": None, "config_file": str(config_file),
+                     "account": plan.details.get("account"), "chosen": dict(plan.details.get("chosen", {})),
+                     "queues": queue_instance_types(plan.config), "os": plan.spec.os,
+                     "key_name": plan.spec.ssh.key_name, "identity_file": plan.details.get("identity_file"),
+                     "shared_dir": shared_dir(plan.spec),
+                     "prerequisites": ({"stack": prerequisites["stack"], "created": bool(prerequisites["create"]),
+                                        "network": prerequisites.get("network"),
+                                        "database": prerequisites.get("database"),
+                                        "cost_per_hour": prerequisites.get("cost_per_hour", {})}
+                                       if prerequisites else None)})
+        config = plan.config
+        if prerequisites and prerequisites["create"]:
+            registry.save(record)  # from here on, `delete-cluster` can remove what the create made
+            outputs = stacks.create(aws, prerequisites["stack"], prerequisites["template"],
+                                    prerequisites["parameters"], plan.name, progress, poll)
+            config = render_config(with_outputs(plan.spec, outputs))
+            progress("ParallelCluster dry run in the new network")
+            refused = [f for f in self.backend.dry_run(plan.name, config, aws.region, suppress=DRY_RUN_SUPPRESSED)
+                       if f.level is Level.ERROR]
+            if refused:
+                raise ClusterkitError(
+                    f"ParallelCluster refused the cluster in its new network: {refused[0]}",
+                    fix=f"`clusterkit delete-cluster {plan.name}` removes the prerequisites stack (a retry reuses it)")
+            text = config_text(plan.name, config)
+        upload_node_scripts(aws, plan.spec.scripts_bucket, plan.details["account"], plan.uploads,
+                            create_bucket=plan.details.get("create_scripts_bucket", False), progress=progress)
         config_file.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(config_file, text)
         progress(f"creating cluster {plan.name!r} in {aws.region}")
         try:
-            stack_id = self.backend.create(plan.name, plan.config, aws.region)
+            stack_id = self.backend.create(plan.name, config, aws.region)
         except BaseException:
-            shutil.rmtree(config_file.parent, ignore_errors=True)
+            if not registry.exists(plan.name):
+                shutil.rmtree(config_file.parent, ignore_errors=True)
             raise
-        cluster = AwsCluster(registry.ClusterRecord(
-            name=plan.name, provider=PROVIDER, created=_now(),
-            details={"region": aws.region, "stack_name": plan.name, "stack_id": stack_id,
-                     "config_file": str(config_file), "account": plan.details.get("account"),
-                     "chosen": dict(plan.details.get("chosen", {})), "queues": queue_instance_types(plan.config)},
-        ), aws=aws, backend=self.backend)
+        record.details["stack_id"] = stack_id
+        cluster = AwsCluster(record, aws=aws, backend=self.backend)
         registry.save(cluster.record)
         cluster._follow("CREATE", progress, poll_seconds)
         return cluster
 
     def open(self, record: registry.ClusterRecord) -> AwsCluster:
         return AwsCluster(record, backend=self._backend)
+
+
+def _prerequisites_details(prerequisites: Prerequisites, name: str) -> dict[str, Any]:
+    makes = ", ".join(part for part, wanted in (("network", prerequisites.network),
+                                                ("accounting database", prerequisites.database)) if wanted)
+    return {**prerequisites.to_dict(), "makes": makes, "cost_per_hour": prerequisites.cost_per_hour(),
+            "template": template_text(prerequisites, name)}
+
+
+def _resolved_prerequisites(resolution: Resolution, name: str) -> dict[str, Any] | None:
+    """The prerequisites stack of a prepared plan: one to create (template, parameters), or one made earlier."""
+    if resolution.prerequisites is not None:
+        return {**_prerequisites_details(resolution.prerequisites, name), "stack": resolution.stack,
+                "create": True, "parameters": dict(resolution.parameters)}
+    if resolution.stack is not None:
+        held = resolution.reused or Prerequisites(network=False, database=False)
+        return {"stack": resolution.stack, "create": False, **held.to_dict(), "cost_per_hour": held.cost_per_hour()}
+    return None
+
+
+def _dry_run_config(resolution: Resolution) -> tuple[Config | None, tuple[str, ...], str]:
+    """What ParallelCluster's dry run checks before a new prerequisites stack exists: the config with a subnet of the
+    chosen zone standing in for the stack's (None when there is none), the validators that cannot judge a stand-in,
+    and a note saying so."""
+    wanted = resolution.prerequisites
+    if wanted is None:
+        return render_config(resolution.spec), (), ""
+    suppressed: tuple[str, ...] = PENDING_DATABASE_SUPPRESSED if wanted.database else ()
+    notes = ["a placeholder for the accounting database and its secret"] if wanted.database else []
+    spec = resolution.spec
+    if wanted.network:
+        zone = resolution.parameters["AvailabilityZone"]
+        if resolution.stand_in is None:
+            return None, (), (f"ParallelCluster's dry run waits for the prerequisites stack: no subnet of {zone} "
+                              "can stand in for its subnets before it exists")
+        spec = copy.deepcopy(spec)
+        spec.subnet_id = resolution.stand_in
+        suppressed += STAND_IN_SUPPRESSED
+        notes.insert(0, f"subnet {resolution.stand_in} of {zone} standing in for the prerequisites stack's subnets")
+    return render_config(spec), suppressed, "; ".join(notes) + f" (not run: {', '.join(suppressed)})"
 
 
 def queue_instance_types(config: Config) -> dict[str, list[str]]:
@@ -239,11 +341,19 @@ class AwsCluster:
 
         return yaml.safe_load(self.config_file.read_text())
 
-    def runs_dir(self) -> str | None:
-        return None
+    def runs_dir(self) -> str:
+        """Runs go on shared storage: /fsx (the first file system) when the cluster has one, else the home
+        directory (ParallelCluster shares /home)."""
+        user = self.ssh_target().user or "ubuntu"
+        shared = self.record.details.get("shared_dir") or "/home"
+        return f"/home/{user}/clusterkit-runs" if shared == "/home" else f"{shared}/clusterkit-runs/{user}"
 
     def python(self) -> str:
-        return "python3"
+        """The Python of the virtualenv the head node installed clusterkit into (python3 when it did not)."""
+        try:
+            return installed_python(self.config()) or "python3"
+        except (OSError, ValueError, AttributeError):
+            return "python3"
 
     def queues(self) -> dict[str, list[str]]:
         known = self.record.details.get("queues")
@@ -255,10 +365,32 @@ class AwsCluster:
             return {}
 
     def slurm(self) -> Slurm:
-        raise ClusterkitError(
-            f"jobs on AWS cluster {self.name!r} are submitted from its head node",
-            fix=f"ssh to the head node (pcluster ssh --cluster-name {self.name}) and run clusterkit there "
-                "with --cluster host")
+        """Slurm on the head node, over SSH: its public address, else through SSM Session Manager."""
+        try:
+            target = self.ssh_target()
+        except ClusterkitError as error:
+            raise ClusterkitError(f"jobs on cluster {self.name!r} are submitted from its head node, which clusterkit "
+                                  f"cannot find: {error.message}",
+                                  fix=(f"{error.fix}; " if error.fix else "")
+                                  + "or run clusterkit on the head node with --cluster host") from None
+        return Slurm(transport=SshTransport(target))
+
+    def ssh_target(self) -> SshTarget:
+        """How to reach the head node: kept in the record once known, else from ParallelCluster's describe."""
+        known = self.record.details.get("ssh")
+        if known:
+            return SshTarget.from_dict(known)
+        described = self.backend.describe(self.name, self.region)
+        if described is None:
+            raise ClusterkitError(f"cluster {self.name!r} no longer exists in {self.region}",
+                                  fix=f"remove it here with `clusterkit delete-cluster {self.name}`")
+        details = self.record.details
+        target = head_node_target(described, region=self.region, os_name=details.get("os") or "ubuntu2204",
+                                  key_name=details.get("key_name"), identity_file=details.get("identity_file"),
+                                  known_hosts_file=str(registry.cluster_dir(self.name) / KNOWN_HOSTS_FILE))
+        details["ssh"] = target.to_dict()
+        registry.save(self.record)
+        return target
 
     def _follow(self, operation: str, progress: Progress, poll_seconds: float | None) -> None:
         try:
@@ -292,7 +424,9 @@ class AwsCluster:
         address = head.get("publicIpAddress") or head.get("privateIpAddress")
         return ClusterInfo(self.name, PROVIDER, status, self.record.created, nodes, details={
             **details, "stack_status": info.get("cloudFormationStackStatus"),
-            "compute_fleet": info.get("computeFleetStatus"), "head_node": head_node},
+            "compute_fleet": info.get("computeFleetStatus"), "head_node": head_node,
+            "prerequisites_stack": (self.record.details.get("prerequisites") or {}).get("stack"),
+            "python": self.python()},
             where=f"in {self.region}" + (f"; head node {address}" if address else ""))
 
     def resize(self, queue: str, max_count: int, min_count: int | None = None, compute_resource: str | None = None,
@@ -311,7 +445,8 @@ class AwsCluster:
     def deletion(self) -> DeletionPlan:
         """The stack and its instances go; storage ParallelCluster created goes only when its DeletionPolicy
         is Delete (clusterkit writes Retain unless the spec says otherwise); storage the cluster only
-        mounted stays."""
+        mounted stays. The prerequisites stack goes when this cluster's create made it and nothing else
+        uses it; its database then leaves a final snapshot and its password secret."""
         try:
             fates = storage_fates(self.config())
         except (OSError, ValueError, AttributeError):
@@ -319,14 +454,64 @@ class AwsCluster:
         stack = (f"CloudFormation stack {self.record.details.get('stack_name', self.name)} in {self.region}: "
                  "the head node, every compute node, their root volumes and the cluster's network resources")
         lost = tuple(str(fate) for fate in fates if not fate.kept)
-        return DeletionPlan(self.name, (stack, *lost), tuple(str(fate) for fate in fates if fate.kept),
-                            confirm=True, storage_deleted=lost)
+        deletes, keeps = [stack, *lost], [str(fate) for fate in fates if fate.kept]
+        prerequisites = self.record.details.get("prerequisites")
+        if prerequisites:
+            reason = self._prerequisites_kept_because(fates)
+            deletes_or_keeps = keeps if reason else deletes
+            deletes_or_keeps.append(_prerequisites_words(prerequisites, reason))
+            if not reason and prerequisites.get("database"):
+                keeps.append("the accounting database's final snapshot (DeletionPolicy Snapshot) and its password "
+                             "secret in Secrets Manager (Retain)")
+        return DeletionPlan(self.name, tuple(deletes), tuple(keeps), confirm=True, storage_deleted=lost)
+
+    def _prerequisites_kept_because(self, fates: list[Any] | None = None, live: bool = False) -> str:
+        """Why the prerequisites stack stays ('' when it goes). `live`: ask AWS what still uses it (after the
+        cluster's own stack is gone); else foresee it from this cluster's kept storage."""
+        prerequisites = self.record.details["prerequisites"]
+        stack = prerequisites["stack"]
+        if not prerequisites.get("created"):
+            return "made earlier for another cluster"
+        others = sorted(record.name for record in registry.all_records() if record.name != self.name
+                        and (record.details.get("prerequisites") or {}).get("stack") == stack)
+        if others:
+            return f"cluster {', '.join(others)} uses it too"
+        if live:
+            found = stacks.describe(self.aws, stack)
+            if found is None:
+                return "already gone"
+            if found["tags"].get(CREATED_FOR_TAG) != self.name:
+                return "made for another cluster"
+            users = stacks.users(self.aws, found["outputs"])
+            return f"still used by {', '.join(users[:3])}" if users else ""
+        kept = [fate for fate in fates or [] if fate.kept and ": not made by this cluster" not in fate.reason]
+        if kept and prerequisites.get("network"):
+            return f"the kept {kept[0].description} lives in its network"
+        return ""
 
     def delete(self, progress: Progress = quiet, poll_seconds: float | None = None) -> None:
-        """Delete the cluster (its stack, and storage ParallelCluster created with DeletionPolicy Delete)."""
-        if self.backend.describe(self.name, self.region) is not None:
+        """Delete the cluster (its stack, and storage ParallelCluster created with DeletionPolicy Delete), then the
+        prerequisites stack when this cluster made it and nothing else uses it."""
+        if self.record.details.get("stack_id") and self.backend.describe(self.name, self.region) is not None:
             progress(f"deleting cluster {self.name!r} in {self.region}")
             self.backend.delete(self.name, self.region)
             self._follow("DELETE", progress, poll_seconds)
+        prerequisites = self.record.details.get("prerequisites")
+        if prerequisites:
+            reason = self._prerequisites_kept_because(live=True)
+            if reason:
+                progress(f"keeping {_prerequisites_words(prerequisites, reason)}")
+            else:
+                stacks.delete(self.aws, prerequisites["stack"], progress,
+                              POLL_SECONDS if poll_seconds is None else poll_seconds)
         registry.remove(self.name)
         shutil.rmtree(self.config_file.parent, ignore_errors=True)
+
+
+def _prerequisites_words(prerequisites: dict[str, Any], kept_because: str) -> str:
+    stack = f"prerequisites stack {prerequisites['stack']}"
+    if not kept_because:
+        return f"{stack}: its network and NAT gateway, or its database (after a final snapshot)"
+    cost = sum((prerequisites.get("cost_per_hour") or {}).values())
+    costs = f"; it costs about ${cost:.2f}/h while it exists" if cost else ""
+    return f"{stack} ({kept_because}{costs}; delete it in CloudFormation once nothing uses it)"

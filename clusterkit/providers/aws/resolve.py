@@ -1,7 +1,9 @@
 """Resolve what a cluster spec leaves open, and check what it names, against one AWS account and region.
 
 `resolve(spec, aws, account)` picks a subnet (in the default VPC, in an Availability Zone that offers
-every compute instance type and holds the capacity reservations) when the spec has none, looks up a
+every compute instance type and holds the capacity reservations) when the spec has none, or plans
+clusterkit's prerequisites stack (a network, an accounting database) where the account has no subnet
+that fits or the spec asks for it, reusing such a stack made earlier; it looks up a
 custom AMI given by name, names the bucket for clusterkit's node scripts, and checks the named
 subnets, capacity reservations and Capacity Blocks, key pair, FSx file systems, S3 buckets, custom
 action scripts and custom AMI. Problems are findings on the spec's fields; credential and permission
@@ -18,9 +20,12 @@ from typing import Any
 from clusterkit import offerings
 from clusterkit.cluster.render import policy_arn, render_config
 from clusterkit.cluster.node_scripts import uploads
+from clusterkit.cluster.prerequisites import LAYOUT, LAYOUT_TAG, Prerequisites, stack_name, with_outputs
 from clusterkit.cluster.spec import (
     DEFAULT_NODE_POLICIES,
     DEFAULT_SCRIPTS_BUCKET,
+    NETWORK_CREATE,
+    NETWORK_EXISTING,
     ClusterSpec,
     ComputeSpec,
     QueueSpec,
@@ -29,6 +34,7 @@ from clusterkit.findings import Finding, Level, has_errors
 from clusterkit.providers.aws.access import Aws, call
 
 USABLE_RESERVATION_STATES = ("active", "scheduled")
+COMPLETE_STACK_STATES = ("CREATE_COMPLETE", "UPDATE_COMPLETE")
 
 
 @dataclass
@@ -39,6 +45,12 @@ class Resolution:
     findings: list[Finding] = field(default_factory=list)
     chosen: dict[str, str] = field(default_factory=dict)  # e.g. subnet_id, availability_zone, image_id
     create_scripts_bucket: bool = False  # apply makes the node-scripts bucket before uploading
+    # clusterkit's prerequisites stack: the one the cluster uses (`stack`), and what apply creates when it is new.
+    stack: str | None = None
+    prerequisites: Prerequisites | None = None  # None: nothing to create (none needed, or `stack` made earlier)
+    reused: Prerequisites | None = None  # what `stack` holds when it was made earlier
+    parameters: dict[str, str] = field(default_factory=dict)
+    stand_in: str | None = None  # a subnet of the new network's zone, for ParallelCluster's dry run before it exists
 
     @property
     def ok(self) -> bool:
@@ -51,9 +63,11 @@ def resolve(spec: ClusterSpec, aws: Aws, account: str) -> Resolution:
     resolution = Resolution(spec=copy.deepcopy(spec))
     lookup = _Lookup(aws)
     reservations = _check_reservations(resolution, lookup)
-    _choose_subnet(resolution, lookup, reservations)
+    _choose_network(resolution, lookup, reservations)
     _check_subnets(resolution, lookup, reservations)
+    _plan_database(resolution, lookup)
     _check_key_pair(resolution, lookup)
+    _check_security_groups(resolution, lookup)
     _check_storage(resolution, lookup)
     _check_ebs_zones(resolution, lookup)
     _check_image(resolution, lookup)
@@ -71,6 +85,7 @@ class _Lookup:
         self.region = aws.region
         self._offerings: dict[str, set[str]] = {}
         self._subnets: dict[str, dict[str, Any] | None] = {}
+        self._stacks: list[dict[str, Any]] | None = None
 
     def azs_offering(self, instance_type: str) -> set[str]:
         if instance_type not in self._offerings:
@@ -101,6 +116,39 @@ class _Lookup:
         vpcs = call(self.aws, "ec2", "describe_vpcs", Filters=[{"Name": "is-default", "Values": ["true"]}])
         return _first(vpcs.get("Vpcs", []))
 
+    def zones(self) -> list[str]:
+        """The region's Availability Zones (not Local Zones), in name order."""
+        found = call(self.aws, "ec2", "describe_availability_zones",
+                     Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}]).get("AvailabilityZones", [])
+        return sorted(zone["ZoneName"] for zone in found if zone.get("State", "available") == "available")
+
+    def prerequisite_stacks(self) -> list[dict[str, Any]]:
+        """clusterkit's prerequisites stacks in this region that are complete: name, tags, parameters, outputs."""
+        if self._stacks is None:
+            self._stacks = []
+            params: dict[str, Any] = {}
+            while True:
+                page = call(self.aws, "cloudformation", "describe_stacks", **params)
+                for stack in page.get("Stacks", []):
+                    tags = {tag["Key"]: tag["Value"] for tag in stack.get("Tags", [])}
+                    if tags.get(LAYOUT_TAG) != LAYOUT or stack.get("StackStatus") not in COMPLETE_STACK_STATES:
+                        continue
+                    self._stacks.append({
+                        "name": stack["StackName"], "tags": tags,
+                        "parameters": {p["ParameterKey"]: p.get("ParameterValue", "")
+                                       for p in stack.get("Parameters", [])},
+                        "outputs": {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}})
+                if not page.get("NextToken"):
+                    break
+                params["NextToken"] = page["NextToken"]
+            self._stacks.sort(key=lambda stack: stack["name"])
+        return self._stacks
+
+    def subnets_in_zone(self, zone: str) -> list[str]:
+        found = call(self.aws, "ec2", "describe_subnets",
+                     Filters=[{"Name": "availability-zone", "Values": [zone]}]).get("Subnets", [])
+        return sorted(subnet["SubnetId"] for subnet in found if subnet.get("State", "available") == "available")
+
     def subnets_of(self, vpc_id: str) -> list[dict[str, Any]]:
         return call(self.aws, "ec2", "describe_subnets",
                     Filters=[{"Name": "vpc-id", "Values": [vpc_id]}]).get("Subnets", [])
@@ -110,6 +158,10 @@ class _Lookup:
             "ec2", "describe_capacity_reservations", "CapacityReservations",
             ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"),
             CapacityReservationIds=[reservation_id]))
+
+    def security_group(self, group_id: str) -> dict[str, Any] | None:
+        return _first(self._ask_or_none("ec2", "describe_security_groups", "SecurityGroups",
+                                        ("InvalidGroup.NotFound", "InvalidGroupId.Malformed"), GroupIds=[group_id]))
 
     def key_pair(self, name: str) -> dict[str, Any] | None:
         return _first(self._ask_or_none("ec2", "describe_key_pairs", "KeyPairs", ("InvalidKeyPair.NotFound",),
@@ -234,12 +286,14 @@ def _check_reservations(resolution: Resolution, lookup: _Lookup) -> dict[str, di
 
 # ----- subnets ------------------------------------------------------------------------------------
 
-def _choose_subnet(resolution: Resolution, lookup: _Lookup, reservations: dict[str, dict[str, Any]]) -> None:
+def _choose_network(resolution: Resolution, lookup: _Lookup, reservations: dict[str, dict[str, Any]]) -> None:
+    """Where the nodes run: the spec's subnets, a private subnet of the default VPC, or clusterkit's prerequisites
+    network (made at apply, or one made earlier and tagged)."""
     spec, region = resolution.spec, lookup.region
     # Only the head node and the queues without their own subnet_ids use spec.subnet_id.
     head = spec.head_node.subnet_id is None
     computes = [(path, queue, compute) for path, queue, compute in _compute_resources(spec) if not queue.subnet_ids]
-    if spec.subnet_id or not (head or computes):
+    if spec.network != NETWORK_CREATE and (spec.subnet_id or not (head or computes)):
         return
     types = sorted({compute.instance_type for _, _, compute in computes}
                    | ({spec.head_node.instance_type} if head else set()))
@@ -255,35 +309,115 @@ def _choose_subnet(resolution: Resolution, lookup: _Lookup, reservations: dict[s
         _error(resolution, "subnet_id", f"no Availability Zone in {region} offers {', '.join(types)}{where}",
                "use another region, or give queues with different instance types their own subnet_ids")
         return
+    if spec.network != NETWORK_CREATE:
+        problem = _choose_default_vpc_subnet(resolution, lookup, zones, types, [c for _, _, c in computes])
+        if problem is None:
+            return
+        if spec.network == NETWORK_EXISTING:
+            _error(resolution, "subnet_id", *problem)
+            return
+        resolution.findings.append(Finding(Level.INFO, "network", f"{problem[0]}: clusterkit makes a network "
+                                           "for the cluster (its prerequisites stack)",
+                                           fix="pass --subnet-id, or set network: existing, to use your own"))
+    _plan_network(resolution, lookup, zones)
+
+
+def _choose_default_vpc_subnet(resolution: Resolution, lookup: _Lookup, zones: set[str], types: list[str],
+                               computes: list[ComputeSpec]) -> tuple[str, str] | None:
+    """Choose a subnet of the default VPC; (problem, fix) when none fits."""
+    spec, region = resolution.spec, lookup.region
     vpc = lookup.default_vpc()
     if vpc is None:
-        _error(resolution, "subnet_id", f"no subnet given and {region} has no default VPC",
-               f"pass --subnet-id of a subnet in {', '.join(sorted(zones))}")
-        return
+        return (f"no subnet given and {region} has no default VPC",
+                f"pass --subnet-id of a subnet in {', '.join(sorted(zones))}")
     candidates = [subnet for subnet in lookup.subnets_of(vpc["VpcId"])
                   if subnet.get("AvailabilityZone") in zones and subnet.get("State", "available") == "available"]
     if not candidates:
-        _error(resolution, "subnet_id",
-               f"the default VPC {vpc['VpcId']} in {region} has no subnet in {', '.join(sorted(zones))}, "
-               f"where {', '.join(types)} are offered",
-               "create a subnet in one of those zones and pass --subnet-id")
-        return
+        return (f"the default VPC {vpc['VpcId']} in {region} has no subnet in {', '.join(sorted(zones))}, "
+                f"where {', '.join(types)} are offered", "create a subnet in one of those zones and pass --subnet-id")
     # Instances with several network interfaces get no public IP: ParallelCluster wants them in a private subnet.
-    private_only = _without_public_ip(lookup, [compute for _, _, compute in computes])
+    private_only = _without_public_ip(lookup, computes)
     if private_only:
         candidates = [subnet for subnet in candidates if not subnet.get("MapPublicIpOnLaunch")]
         if not candidates:
-            _error(resolution, "subnet_id",
-                   f"{', '.join(private_only)} need a private subnet (they get no public IP), and "
-                   f"the default VPC {vpc['VpcId']} in {region} has none in {', '.join(sorted(zones))}",
-                   "create a private subnet with a route to a NAT gateway there and pass --subnet-id")
-            return
+            return (f"{', '.join(private_only)} need a private subnet (they get no public IP), and "
+                    f"the default VPC {vpc['VpcId']} in {region} has none in {', '.join(sorted(zones))}",
+                    "create a private subnet with a route to a NAT gateway there and pass --subnet-id")
     # The most free addresses, then a stable order: the same account always gets the same choice.
     best = min(candidates, key=lambda s: (-int(s.get("AvailableIpAddressCount", 0)), s["AvailabilityZone"],
                                           s["SubnetId"]))
     spec.subnet_id = best["SubnetId"]
     resolution.chosen.update(subnet_id=best["SubnetId"], availability_zone=best["AvailabilityZone"],
                              vpc_id=vpc["VpcId"])
+    return None
+
+
+def _plan_network(resolution: Resolution, lookup: _Lookup, zones: set[str]) -> None:
+    """Use a prerequisites stack made earlier whose zone fits, else plan a new one in the first fitting zone."""
+    spec = resolution.spec
+    accounting = spec.slurm.accounting
+    database = accounting is not None and accounting.pending
+    for stack in lookup.prerequisite_stacks():
+        outputs = stack["outputs"]
+        if outputs.get("AvailabilityZone") in zones and (not database or "DatabaseUri" in outputs):
+            _use_stack(resolution, stack)
+            return
+    zone = sorted(zones)[0]
+    parameters = {"AvailabilityZone": zone}
+    if database:
+        others = [z for z in lookup.zones() if z != zone]
+        if not others:
+            _error(resolution, "slurm.accounting", f"{lookup.region} has one Availability Zone, and the accounting "
+                   "database needs subnets in two", "use another region, or an existing database")
+            return
+        parameters["DatabaseAvailabilityZone"] = others[0]
+    resolution.prerequisites = Prerequisites(network=True, database=database)
+    resolution.parameters = parameters
+    resolution.stand_in = next(iter(lookup.subnets_in_zone(zone)), None)
+    resolution.stack = stack_name(spec.name)
+    resolution.chosen.update(availability_zone=zone, prerequisites_stack=f"{resolution.stack} (new)")
+
+
+def _plan_database(resolution: Resolution, lookup: _Lookup) -> None:
+    """`accounting: create` in an existing network: a stack of the database alone, in the head node's VPC."""
+    spec = resolution.spec
+    accounting = spec.slurm.accounting
+    if accounting is None or not accounting.pending or resolution.prerequisites is not None:
+        return
+    head = lookup.subnet(spec.head_subnet()) if spec.head_subnet() else None
+    if head is None:
+        return  # the subnet checks say why
+    vpc = head["VpcId"]
+    for stack in lookup.prerequisite_stacks():
+        if stack["parameters"].get("VpcId") == vpc and "DatabaseUri" in stack["outputs"]:
+            _use_stack(resolution, stack)
+            return
+    # Two zones (RDS needs them), private subnets first, the head node's zone first.
+    subnets = sorted((s for s in lookup.subnets_of(vpc) if s.get("State", "available") == "available"),
+                     key=lambda s: (bool(s.get("MapPublicIpOnLaunch")),
+                                    s["AvailabilityZone"] != head["AvailabilityZone"],
+                                    s["AvailabilityZone"], s["SubnetId"]))
+    chosen: dict[str, str] = {}
+    for subnet in subnets:
+        chosen.setdefault(subnet["AvailabilityZone"], subnet["SubnetId"])
+    if len(chosen) < 2:
+        _error(resolution, "slurm.accounting", f"the accounting database needs subnets in two Availability Zones, "
+               f"and VPC {vpc} has subnets in {len(chosen)}", "add a subnet in another zone, or name an existing "
+               "database (slurm.accounting: {uri, user_name, password_secret_arn}), or set accounting: none")
+        return
+    resolution.prerequisites = Prerequisites(network=False, database=True)
+    resolution.parameters = {"VpcId": vpc, "DatabaseSubnetIds": ",".join(list(chosen.values())[:2])}
+    resolution.stack = stack_name(spec.name)
+    resolution.chosen.update(prerequisites_stack=f"{resolution.stack} (new)")
+
+
+def _use_stack(resolution: Resolution, stack: dict[str, Any]) -> None:
+    resolution.spec = with_outputs(resolution.spec, stack["outputs"])
+    resolution.stack = stack["name"]
+    resolution.reused = Prerequisites.held_by(stack["outputs"])
+    resolution.chosen.update(prerequisites_stack=f"{stack['name']} (made earlier, reused)")
+    if "AvailabilityZone" in stack["outputs"]:
+        resolution.chosen["availability_zone"] = stack["outputs"]["AvailabilityZone"]
 
 
 def _without_public_ip(lookup: _Lookup, computes: list[ComputeSpec]) -> list[str]:
@@ -378,6 +512,14 @@ def _check_key_pair(resolution: Resolution, lookup: _Lookup) -> None:
     elif key.get("KeyType") == "rsa" and spec.os == "ubuntu2204":
         _error(resolution, "ssh.key_name", f"key pair {name!r} is an RSA key, which ubuntu2204 does not accept",
                "use an ed25519 key pair", name)
+
+
+def _check_security_groups(resolution: Resolution, lookup: _Lookup) -> None:
+    for index, group in enumerate(resolution.spec.head_node.additional_security_groups):
+        if not lookup.security_group(group):
+            _error(resolution, f"head_node.additional_security_groups[{index}]",
+                   f"security group {group} not found in {lookup.region}",
+                   "check the id and --region (`aws ec2 describe-security-groups`)", group)
 
 
 def _check_storage(resolution: Resolution, lookup: _Lookup) -> None:
@@ -493,7 +635,8 @@ def _check_policies_and_secret(resolution: Resolution, lookup: _Lookup) -> None:
                 _error(resolution, f"{path}.additional_policies[{i}]", f"IAM policy {arn} not found",
                        "check the policy's name or ARN (`aws iam get-policy --policy-arn ...`)", policy)
     accounting = spec.slurm.accounting
-    if accounting is not None and not lookup.secret_exists(accounting.password_secret_arn):
+    # A database clusterkit makes (or made) has its secret by construction.
+    if accounting is not None and not accounting.create and not lookup.secret_exists(accounting.password_secret_arn):
         # Only a warning: the head node's role may read a secret this identity may not describe.
         resolution.findings.append(Finding(
             Level.WARNING, "slurm.accounting.password_secret_arn", f"secret not found in {lookup.region}, or this "
@@ -517,7 +660,8 @@ def _check_scripts(resolution: Resolution, lookup: _Lookup, account: str) -> Non
             resolution.create_scripts_bucket = True
         elif status == "forbidden":
             _error(resolution, "scripts_bucket", f"S3 bucket {spec.scripts_bucket!r} belongs to another account, or "
-                   "this identity may not use it", "set scripts_bucket to a bucket of this account", spec.scripts_bucket)
+                   "this identity may not use it", "set scripts_bucket to a bucket of this account",
+                   spec.scripts_bucket)
     own = set(uploads(config))
     for path, url in _script_urls(spec):
         if url in own or not url.startswith("s3://"):
