@@ -21,7 +21,7 @@ def pid_alive(pid: int) -> bool:
         pass
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
+    except (OSError, IndexError):  # gone meanwhile: ENOENT, or ESRCH while it exits
         return False
     return state != "Z"
 

@@ -28,6 +28,7 @@ SHARED_CLUSTER = "pytest"
 RESILIENT_STEPS = 40  # examples/train_resilient.py's length in the end-to-end tests
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group into the test's id
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under xdist (scripts/test.sh runs two workers), the tests on the real local cluster all go to one
     worker, in order: they share one cluster per session."""
@@ -41,6 +42,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     (warnings, heartbeats, KillWait) and which mostly wait: the others soak up the idle time."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
+    if item.get_closest_marker("slurm") and item.config.getvalue("loadgroup") and "@slurm" not in item.nodeid:
+        # Two workers on one cluster time each other out: fail clearly rather than at random.
+        pytest.fail("pytest-xdist did not keep the local cluster's tests on one worker; install the pytest and "
+                    "pytest-xdist versions pyproject.toml's dev extra names", pytrace=False)
     try:
         os.setpriority(os.PRIO_PROCESS, 0, 0 if item.get_closest_marker("slurm") else 10)
     except PermissionError:  # only root may lower it again, and only root runs the cluster's tests
