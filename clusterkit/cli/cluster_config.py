@@ -31,11 +31,12 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 def run_validate(args: argparse.Namespace) -> int:
     from clusterkit import spec_reader
     from clusterkit.findings import has_errors
-    from clusterkit.jobs.validators import check_job_data, looks_like_job_spec
 
     tree = spec_reader.read_file(args.spec, "spec (YAML)")
-    kind = args.kind if args.kind != "auto" else ("job" if looks_like_job_spec(tree) else "cluster")
+    kind = args.kind if args.kind != "auto" else ("job" if names_a_command(tree) else "cluster")
     if kind == "job":
+        from clusterkit.jobs.validators import check_job_data
+
         findings = check_job_data(tree)
     else:
         from clusterkit.cluster.plan import plan_spec
@@ -49,3 +50,12 @@ def run_validate(args: argparse.Namespace) -> int:
         if valid:
             print(f"{args.spec}: valid {kind} spec")
     return 0 if valid else 1
+
+
+def names_a_command(tree: object) -> bool:
+    """A job spec names a command; a cluster spec does not (it has queues or a preset). Told here, so
+    that checking a cluster spec does not load the job modules."""
+    from clusterkit.spec_reader import Mapping
+
+    keys = {key.text for key, _ in tree.items} if isinstance(tree, Mapping) else set(tree or {})
+    return "command" in keys

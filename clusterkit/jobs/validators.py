@@ -19,7 +19,7 @@ from clusterkit.jobs.spec import (CPU_INSTANCE, DEFAULT_NEURON_CACHE_DIR, DEFAUL
                                   WARNING_SIGNALS, JobSpec, parse_warning)
 from clusterkit.registry import CLUSTER_NAME_RE
 from clusterkit.rules import RuleBook
-from clusterkit.spec_reader import Mapping, load
+from clusterkit.spec_reader import load
 from clusterkit.versions import version_tuple
 
 JOB_RULES: RuleBook[JobSpec] = RuleBook("job")
@@ -92,12 +92,6 @@ def check_job_data(data: Any) -> list[Finding]:
 
     spec, findings = load(JobSpec, data, short_forms=SHORT_FORMS, rule_prefix="job")
     return findings if spec is None else findings + validate_job(spec)
-
-
-def looks_like_job_spec(data: Any) -> bool:
-    """A job spec names a command; a cluster spec does not (it has queues or a preset)."""
-    keys = {key.text for key, _ in data.items} if isinstance(data, Mapping) else set(data or {})
-    return "command" in keys
 
 
 def _error(path: str, message: str, fix: str, value: object = None) -> Finding:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+from typing import TYPE_CHECKING
 
 from clusterkit import registry
 from clusterkit.errors import ClusterkitError
 from clusterkit.providers.base import Cluster, ClusterInfo, DeletionPlan, Progress, Provider, quiet
 from clusterkit.runtime import CLUSTER_ENV
-from clusterkit.slurm import Slurm
+
+if TYPE_CHECKING:  # loaded by the verbs that talk to Slurm, not by every one that names a cluster
+    from clusterkit.slurm import Slurm
 
 HOST_CLUSTER = "host"  # the Slurm this machine is configured for, e.g. on a ParallelCluster head node
 
@@ -65,6 +68,8 @@ def resolve_cluster_name(name: str | None) -> str:
     if len(names) == 1:
         return names[0]
     if not names:
+        from clusterkit.slurm import Slurm
+
         if shutil.which("scontrol") and Slurm().ping():
             return HOST_CLUSTER
         raise ClusterkitError("no cluster to use",

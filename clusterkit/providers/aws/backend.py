@@ -7,7 +7,6 @@ updating need Node.js on PATH, which ParallelCluster's CDK uses to build the sta
 
 from __future__ import annotations
 
-import logging
 import shutil
 from typing import Any, Protocol
 
@@ -106,13 +105,14 @@ def _pcluster_lib() -> Any:
     except ImportError:
         raise MissingDependency("aws-parallelcluster is not installed",
                                 fix="pip install 'clusterkit[validate]'") from None
+    import logging  # here, not at the top: a dry run never gets this far and need not load it
+
     # ParallelCluster logs each failed AWS call, and Python's last-resort handler would print that beside
-    # clusterkit's own one-line error: its logger gets a handler that drops them.
-    logging.getLogger("pcluster").addHandler(_QUIET)
+    # clusterkit's own one-line error: its logger gets a handler that drops them (one, however often called).
+    pcluster_logger = logging.getLogger("pcluster")
+    if not any(isinstance(handler, logging.NullHandler) for handler in pcluster_logger.handlers):
+        pcluster_logger.addHandler(logging.NullHandler())
     return lib
-
-
-_QUIET = logging.NullHandler()
 
 
 def _content(error: BaseException) -> dict[str, Any]:

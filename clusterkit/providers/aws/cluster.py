@@ -17,7 +17,7 @@ import copy
 import datetime as dt
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clusterkit import registry
 from clusterkit.cluster.node_scripts import installed_python
@@ -34,11 +34,12 @@ from clusterkit.providers.aws.access import Aws, check_caller
 from clusterkit.providers.aws.backend import ClusterBackend, Config, ParallelClusterBackend
 from clusterkit.providers.aws.cloudformation import StackFailed, follow_stack
 from clusterkit.providers.aws.resolve import Resolution, resolve
-from clusterkit.providers.aws.ssh import KNOWN_HOSTS_FILE, head_node_target
 from clusterkit.providers.aws.uploads import upload_node_scripts
 from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, quiet
-from clusterkit.slurm import Slurm
-from clusterkit.transport import SshTarget, SshTransport
+
+if TYPE_CHECKING:  # loaded only when the head node is reached (ssh_target), never by a dry run
+    from clusterkit.slurm import Slurm
+    from clusterkit.transport import SshTarget
 
 PROVIDER = "aws"
 CONFIG_FILE = "parallelcluster.yaml"
@@ -373,10 +374,16 @@ class AwsCluster:
                                   f"cannot find: {error.message}",
                                   fix=(f"{error.fix}; " if error.fix else "")
                                   + "or run clusterkit on the head node with --cluster host") from None
+        from clusterkit.slurm import Slurm
+        from clusterkit.transport import SshTransport
+
         return Slurm(transport=SshTransport(target))
 
     def ssh_target(self) -> SshTarget:
         """How to reach the head node: kept in the record once known, else from ParallelCluster's describe."""
+        from clusterkit.providers.aws.ssh import KNOWN_HOSTS_FILE, head_node_target
+        from clusterkit.transport import SshTarget
+
         known = self.record.details.get("ssh")
         if known:
             return SshTarget.from_dict(known)
