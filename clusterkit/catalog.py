@@ -17,6 +17,8 @@ PRICE_TABLE_REGION = "us-east-1"
 
 @dataclass(frozen=True)
 class InstanceType:
+    """An instance type as jobs see it: CPUs, memory and accelerators per node."""
+
     name: str
     vcpus: int
     memory_gib: int

@@ -23,6 +23,8 @@ NO_ACCELERATOR = "-"
 
 @dataclass(frozen=True)
 class InstanceFacts:
+    """What EC2 says of an instance type: architectures, EFA, network cards, disks, accelerators."""
+
     name: str
     architectures: tuple[str, ...]  # x86_64, arm64 (i386 and the mac types also appear)
     efa_interfaces: int  # 0: no EFA

@@ -53,6 +53,8 @@ class SpecError(ClusterkitError):
 
 @dataclass(eq=False)
 class Scalar:
+    """A YAML scalar as written, with its line."""
+
     text: str
     plain: bool  # unquoted and untagged: the only form that may be read as a number, bool or null
     line: int = 0
@@ -60,12 +62,16 @@ class Scalar:
 
 @dataclass(eq=False)
 class Sequence:
+    """A YAML sequence, with its line."""
+
     items: list[Node] = field(default_factory=list)
     line: int = 0
 
 
 @dataclass(eq=False)
 class Mapping:
+    """A YAML mapping, its keys in order, with its line."""
+
     items: list[tuple[Scalar, Node]] = field(default_factory=list)
     line: int = 0
 

@@ -45,6 +45,8 @@ _URL_RE = re.compile(rf"s3://(?P<bucket>[a-z0-9.-]+)/{KEY_PREFIX}/sha256-(?P<sha
 
 @dataclass(frozen=True)
 class NodeScript:
+    """A node script shipped in the package, named by the SHA-256 of its content."""
+
     name: str  # the file name in node-scripts/
     path: Path
     sha256: str

@@ -30,6 +30,8 @@ from clusterkit.errors import NotFound
 
 @dataclass(frozen=True)
 class Preset:
+    """A named cluster spec (p4de, p5, ...): what `--preset NAME` builds."""
+
     name: str
     description: str
     build: Callable[[], ClusterSpec]

@@ -45,6 +45,8 @@ NETWORK_MODES = (NETWORK_CREATE, NETWORK_EXISTING)
 
 @dataclass
 class PlacementGroupSpec:
+    """A placement group: on or off (None: on, except for reserved capacity), or an existing one by name or id."""
+
     enabled: bool | None = None
     name: str | None = None
     id: str | None = None
@@ -63,6 +65,8 @@ class IamSpec:
 
 @dataclass
 class ComputeSpec:
+    """One compute resource of a queue: an instance type, its node counts, EFA and reservations."""
+
     name: str
     instance_type: str
     min_count: int | None = None  # static nodes (always on)
@@ -104,12 +108,16 @@ class ComputeSpec:
 
 @dataclass
 class ScriptSpec:
+    """A custom action: a script (https:// or s3:// URL) and its arguments."""
+
     script: str
     args: list[str] = field(default_factory=list)
 
 
 @dataclass
 class CustomActionsSpec:
+    """The scripts ParallelCluster runs on a node at start, once configured, and after an update."""
+
     on_node_start: list[ScriptSpec] = field(default_factory=list)
     on_node_configured: list[ScriptSpec] = field(default_factory=list)
     on_node_updated: list[ScriptSpec] = field(default_factory=list)
@@ -117,6 +125,8 @@ class CustomActionsSpec:
 
 @dataclass
 class QueueSpec:
+    """A Slurm queue (partition): its compute resources, capacity type, subnets and node settings."""
+
     name: str
     compute: list[ComputeSpec]
     capacity_type: str = "ONDEMAND"  # ONDEMAND, SPOT or CAPACITY_BLOCK
@@ -147,6 +157,8 @@ def uses_reserved_capacity(queue: QueueSpec, compute: ComputeSpec) -> bool:
 
 @dataclass
 class HeadNodeSpec:
+    """The head node: slurmctld, the shared directories and where jobs are submitted."""
+
     instance_type: str = DEFAULT_HEAD_NODE_TYPE
     root_volume_gb: int = 200
     subnet_id: str | None = None  # None: the cluster's subnet_id (a public subnet here, private queues: fine)
@@ -169,6 +181,8 @@ class LoginNodesSpec:
 
 @dataclass
 class ImageSpec:
+    """The nodes' image: ParallelCluster's official AMI for `os`, or a custom one."""
+
     # An AMI id (ami-...) or name. A name is looked up at create (the newest available image of that name);
     # a dry run writes a placeholder id and says so. Rocky Linux needs one: ParallelCluster publishes none.
     custom_ami: str | None = None
@@ -176,12 +190,16 @@ class ImageSpec:
 
 @dataclass
 class SshSpec:
+    """SSH to the head node: the EC2 key pair and who may connect."""
+
     key_name: str | None = None
     allowed_cidr: str | None = None  # None: DEFAULT_SSH_CIDR
 
 
 @dataclass
 class DataRepositoryAssociationSpec:
+    """A link between a path of an FSx for Lustre file system and an S3 prefix."""
+
     name: str
     file_system_path: str
     data_repository_path: str
@@ -255,6 +273,8 @@ class OpenZfsSpec:
 
 @dataclass
 class EbsSpec:
+    """An EBS volume mounted on the head node and shared with the compute nodes over NFS."""
+
     name: str
     mount_dir: str
     size_gib: int | None = None  # None: ParallelCluster's 35 GiB (st1 and sc1 need 500 or more)
@@ -269,6 +289,8 @@ class EbsSpec:
 
 @dataclass
 class StorageSpec:
+    """The shared file systems, by kind; each names its mount directory."""
+
     lustre: list[LustreSpec] = field(default_factory=list)
     efs: list[EfsSpec] = field(default_factory=list)
     openzfs: list[OpenZfsSpec] = field(default_factory=list)
@@ -331,6 +353,8 @@ class AccountingSpec:
 
 @dataclass
 class SlurmSpec:
+    """Slurm settings: scaling down, queue updates, requeue, slurm.conf keys and accounting."""
+
     scaledown_idletime: int | None = None  # minutes; ParallelCluster's default is 10
     queue_update_strategy: str | None = None  # DRAIN, COMPUTE_FLEET_STOP or TERMINATE
     # Requeue on node failure keeps the job id so a training run resumes from its checkpoint.
@@ -351,6 +375,8 @@ class ClusterkitSpec:
 
 @dataclass
 class MonitoringSpec:
+    """CloudWatch: detailed monitoring, logs and their retention, the dashboard."""
+
     detailed_monitoring: bool = False
     cloudwatch_logs: bool = True
     log_retention_days: int = 30
@@ -359,6 +385,8 @@ class MonitoringSpec:
 
 @dataclass
 class ClusterSpec:
+    """A whole cluster as a user writes it; `plan_spec` turns it into a ParallelCluster config."""
+
     name: str
     queues: list[QueueSpec]
     region: str = DEFAULT_REGION

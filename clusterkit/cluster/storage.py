@@ -16,6 +16,8 @@ EXISTING_KEYS = ("FileSystemId", "VolumeId", "FileCacheId")
 
 @dataclass(frozen=True)
 class StorageFate:
+    """What deleting the cluster does to one shared file system, and why."""
+
     description: str  # "FsxLustre 'fsx' on /fsx"
     kept: bool
     reason: str  # "DeletionPolicy Retain", "fs-0123...: not made by this cluster"

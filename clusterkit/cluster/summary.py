@@ -18,6 +18,8 @@ SCRATCH_THROUGHPUT_PER_TIB = 200
 
 @dataclass(frozen=True)
 class ClusterSummary:
+    """What a cluster adds up to: nodes, accelerators, EFA bandwidth, storage, cost per hour."""
+
     static_nodes: int  # always running (MinCount)
     max_nodes: int
     accelerators: dict[str, int]  # model -> count at max_nodes, e.g. {"A100 80 GB": 32}
