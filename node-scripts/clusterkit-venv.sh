@@ -48,6 +48,10 @@ marker="$target/.clusterkit-installed"
 if [ -f "$marker" ] && [ "$(cat "$marker")" = "$package" ]; then
     exit 0
 fi
+# Replace only what this script made: a directory that is not a virtualenv is somebody's files.
+if [ -e "$target" ] && [ ! -f "$target/pyvenv.cfg" ]; then
+    die "$venv exists and is not a virtualenv: move it away, or pass another --venv"
+fi
 
 good_python() {
     "$1" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 10))' 2>/dev/null

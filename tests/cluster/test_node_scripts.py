@@ -137,3 +137,57 @@ def test_uploads_are_exactly_the_shipped_scripts_a_config_runs() -> None:
     # A URL naming another hash is not one of this clusterkit's scripts: nothing to upload for it.
     stale = node_script("neuron.sh").url("b").replace(node_script("neuron.sh").sha256, "0" * 64)
     assert uploads({"HeadNode": {"CustomActions": {"OnNodeStart": {"Script": stale}}}}) == {}
+
+
+VENV = "/fsx/clusterkit/venv-test"
+
+
+def test_clusterkit_venv_installs_once_and_checks_the_import(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    args = ["--venv", VENV, "--package", "clusterkit==0.1.0"]
+    result = run_script(node, shipped("clusterkit-venv.sh"), args)
+    assert result.returncode == 0, result.stderr
+    target = str(node.root) + VENV
+    calls = node.calls()
+    assert ["python3", "-m", "venv", target] in calls
+    assert ["python3", "-m", "pip", "install", "--quiet", "--no-cache-dir", "--disable-pip-version-check",
+            "clusterkit==0.1.0"] in calls
+    assert calls[-1] == ["python3", "-c", "import clusterkit.resilience.supervisor"]
+    assert (node.root / VENV.lstrip("/") / ".clusterkit-installed").read_text() == "clusterkit==0.1.0\n"
+    # A second run (a node rebooted, the action run again) finds it installed and does nothing.
+    again = run_script(node, shipped("clusterkit-venv.sh"), args)
+    assert again.returncode == 0 and node.calls() == calls
+
+
+@pytest.mark.parametrize("args", [
+    ["--venv", "fsx/venv", "--package", "clusterkit"],
+    ["--venv", "/fsx/../etc", "--package", "clusterkit"],
+    ["--venv", "/fsx/$(id)", "--package", "clusterkit"],
+    ["--venv", "/fsx/venv\ntouch /tmp/pwned", "--package", "clusterkit"],
+    ["--venv", VENV, "--package", "-e ."],
+    ["--venv", VENV, "--package", "clusterkit; touch /tmp/pwned"],
+    ["--venv", VENV, "--package", "clusterkit\n--index-url=http://evil"],
+    ["--venv", VENV],
+    ["--venv", VENV, "--package", "clusterkit", "--extra"],
+])
+def test_clusterkit_venv_refuses_bad_arguments_and_changes_nothing(tmp_path: Path, args: list[str]) -> None:
+    node = make_node(tmp_path)
+    result = run_script(node, shipped("clusterkit-venv.sh"), args)
+    assert result.returncode == 2 and result.stderr.startswith("clusterkit-venv.sh: ")
+    assert node.calls() == [] and not (node.root / "fsx").exists()
+
+
+def test_clusterkit_venv_replaces_a_broken_virtualenv_but_never_other_files(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    data = node.root / "fsx/data"
+    data.mkdir(parents=True)
+    (data / "checkpoint.pt").write_text("weights")
+    refused = run_script(node, shipped("clusterkit-venv.sh"), ["--venv", "/fsx/data", "--package", "clusterkit"])
+    assert refused.returncode == 2 and "is not a virtualenv" in refused.stderr
+    assert (data / "checkpoint.pt").read_text() == "weights" and node.calls() == []
+    half_done = node.root / VENV.lstrip("/")  # a venv whose install was cut short: no marker
+    half_done.mkdir(parents=True)
+    (half_done / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    result = run_script(node, shipped("clusterkit-venv.sh"), ["--venv", VENV, "--package", "clusterkit"])
+    assert result.returncode == 0, result.stderr
+    assert (half_done / ".clusterkit-installed").read_text() == "clusterkit\n"
