@@ -7,15 +7,14 @@ are estimates for planning, not a bill.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from clusterkit.errors import NotFound
+from clusterkit.lean_dataclass import lean_dataclass
 
 PRICE_TABLE_DATE = "2025-06-05"
 PRICE_TABLE_REGION = "us-east-1"
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class InstanceType:
     """An instance type as jobs see it: CPUs, memory and accelerators per node."""
 

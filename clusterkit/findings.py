@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+from clusterkit.lean_dataclass import lean_dataclass
 
 SHOWN_VALUE_CHARS = 80
 
@@ -24,7 +25,7 @@ def shorten(value: object, limit: int = SHOWN_VALUE_CHARS) -> object:
     return f"{text[:limit - 20]}... ({len(text):,} characters)"
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Finding:
     """One rule's verdict on one field: `path` is the field in the user's spec (e.g. `queues[0].name`),
     `rule` the id of the rule that made it (e.g. `cluster.efa-support`)."""

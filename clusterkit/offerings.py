@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import difflib
 import functools
-from dataclasses import dataclass
 from pathlib import Path
+
+from clusterkit.lean_dataclass import lean_dataclass
 
 TABLE_FILE = Path(__file__).resolve().parent / "data" / "instance-offerings.tsv"
 _HEADER_KEYS = ("generated", "source", "regions")
 NO_ACCELERATOR = "-"
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class InstanceFacts:
     """What EC2 says of an instance type: architectures, EFA, network cards, disks, accelerators."""
 

@@ -12,12 +12,13 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
 from typing import Any
 
 from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
 from clusterkit.files import write_atomically
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.pids import start_time
 
 RECORD_FILE = "cluster.json"
@@ -46,7 +47,7 @@ def check_cluster_name(name: str) -> None:
         )
 
 
-@dataclass
+@lean_dataclass
 class ClusterRecord:
     name: str
     provider: str  # "local" or "aws"

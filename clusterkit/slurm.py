@@ -15,10 +15,10 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from clusterkit.errors import ClusterkitError, MissingDependency
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.transport import LOCAL, Transport
 
 INSTALL_HINT = "install Slurm's client commands: apt-get install -y slurm-wlm (or scripts/install-slurm.sh)"
@@ -28,7 +28,7 @@ class SlurmCommandError(ClusterkitError):
     """A Slurm command exited non-zero; the message carries its stderr."""
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class NodeInfo:
     name: str
     state: str  # lowercase Slurm state, e.g. "idle", "allocated", "down*", "drained"
@@ -45,7 +45,7 @@ class NodeInfo:
         return self.state.rstrip("*~#!%$@^-")
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class AccountingRecord:
     """One line of `sacct -D -X`: one attempt of a job (a requeue starts a new attempt, same id)."""
 
@@ -68,7 +68,7 @@ QUEUE_ARGS = ("-h", "-r", "-o", "%i|%T")
 ACCOUNTING_FIELDS = "JobID,JobName,State,ExitCode,NodeList,Start,End"
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Poll:
     """What one look at the cluster saw (see Slurm.poll); `commands`: how many Slurm commands it took."""
 

@@ -25,12 +25,13 @@ import stat
 import types
 import typing
 from collections.abc import Callable, Mapping as MappingABC
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Finding, Level, shorten
+from clusterkit.lean_dataclass import lean_dataclass
 
 MAX_SPEC_BYTES = 1 << 20
 MAX_DEPTH = 32
@@ -51,7 +52,7 @@ class SpecError(ClusterkitError):
 # ----- the tree -----------------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
+@lean_dataclass(eq=False)
 class Scalar:
     """A YAML scalar as written, with its line."""
 
@@ -60,7 +61,7 @@ class Scalar:
     line: int = 0
 
 
-@dataclass(eq=False)
+@lean_dataclass(eq=False)
 class Sequence:
     """A YAML sequence, with its line."""
 
@@ -68,7 +69,7 @@ class Sequence:
     line: int = 0
 
 
-@dataclass(eq=False)
+@lean_dataclass(eq=False)
 class Mapping:
     """A YAML mapping, its keys in order, with its line."""
 

@@ -15,11 +15,11 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from clusterkit.errors import ClusterkitError
+from clusterkit.lean_dataclass import lean_dataclass
 
 CONTROL_PERSIST_S = 600  # an idle shared connection stays this long
 
@@ -38,7 +38,7 @@ class Transport(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class LocalTransport:
     label: str = "this machine"
     remote: bool = False
@@ -52,7 +52,7 @@ class LocalTransport:
 LOCAL = LocalTransport()
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class SshTarget:
     """How to reach a cluster's login (head) node. Everything not given comes from ~/.ssh/config."""
 
@@ -96,7 +96,7 @@ def control_dir() -> Path:
     return directory
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class SshTransport:
     target: SshTarget
     remote: bool = True

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "clusterkit"
 
 # Lowest first. A unit may import its own layer's ground-floor modules and anything below; nothing above.
 LAYERS: list[set[str]] = [
-    {"errors", "findings", "rules", "runtime", "versions", "files", "spec_reader", "resources", "catalog",
+    {"errors", "lean_dataclass", "findings", "rules", "runtime", "versions", "files", "spec_reader", "resources", "catalog",
      "offerings", "pids"},
     {"registry", "slurm", "transport"},
     {"cluster"},

@@ -17,10 +17,10 @@ import functools
 import hashlib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.resources import data_dir
 
 DATA_DIR = "node-scripts"
@@ -43,7 +43,7 @@ NEURON_PACKAGES = {
 _URL_RE = re.compile(rf"s3://(?P<bucket>[a-z0-9.-]+)/{KEY_PREFIX}/sha256-(?P<sha>[0-9a-f]{{64}})/(?P<name>[a-z0-9.-]+)")
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class NodeScript:
     """A node script shipped in the package, named by the SHA-256 of its content."""
 

@@ -9,7 +9,7 @@ exactly what it holds. `plan_spec` is the pure part for AWS specs (spec → find
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +22,12 @@ from clusterkit.cluster.summary import ClusterSummary, summarize
 from clusterkit.cluster.validators import validate
 from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Finding, has_errors
+from clusterkit.lean_dataclass import lean_dataclass
 
 AWS = "aws"
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class ClusterRequest:
     """A cluster someone asks for. Fields a provider does not use are refused by it, with a fix."""
 
@@ -63,7 +64,7 @@ class ClusterRequest:
         return {path: value for path, value in values.items() if value is not None}
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class ClusterPlan:
     """Everything `apply` needs and nothing it will compute again. `ok` when no finding is an error."""
 

@@ -18,10 +18,10 @@ outputs filled in (subnets, the database's address, user, secret and client secu
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Any
 
 from clusterkit.cluster.spec import NETWORK_CREATE, NETWORK_EXISTING, ClusterSpec
+from clusterkit.lean_dataclass import lean_dataclass
 
 # Tags of every prerequisites stack: clusterkit reuses a stack carrying LAYOUT_TAG with this layout.
 LAYOUT_TAG = "clusterkit:prerequisites"
@@ -50,7 +50,7 @@ HOURS_PER_MONTH = 730
 Template = dict[str, Any]
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Prerequisites:
     """What the stack holds: a network of its own, an accounting database, or both."""
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from clusterkit.catalog import PRESET_INSTANCE_TYPES
 from clusterkit.cluster.spec import (
@@ -26,9 +25,10 @@ from clusterkit.cluster.spec import (
     StorageSpec,
 )
 from clusterkit.errors import NotFound
+from clusterkit.lean_dataclass import lean_dataclass
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Preset:
     """A named cluster spec (p4de, p5, ...): what `--preset NAME` builds."""
 

@@ -7,10 +7,11 @@ then apply the documented default, and a rule can still tell a value the user ch
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from clusterkit import catalog, offerings
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.spec_reader import ValueProblem, field_options, is_mapping, text_of
 
 PARALLELCLUSTER_VERSION = "3.16"
@@ -43,7 +44,7 @@ NETWORK_EXISTING = "existing"
 NETWORK_MODES = (NETWORK_CREATE, NETWORK_EXISTING)
 
 
-@dataclass
+@lean_dataclass
 class PlacementGroupSpec:
     """A placement group: on or off (None: on, except for reserved capacity), or an existing one by name or id."""
 
@@ -52,7 +53,7 @@ class PlacementGroupSpec:
     id: str | None = None
 
 
-@dataclass
+@lean_dataclass
 class IamSpec:
     """Extra permissions of a node role. `None`: DEFAULT_NODE_POLICIES; `[]`: none at all."""
 
@@ -63,7 +64,7 @@ class IamSpec:
         return list(DEFAULT_NODE_POLICIES) if self.additional_policies is None else list(self.additional_policies)
 
 
-@dataclass
+@lean_dataclass
 class ComputeSpec:
     """One compute resource of a queue: an instance type, its node counts, EFA and reservations."""
 
@@ -106,7 +107,7 @@ class ComputeSpec:
         return self.capacity_reservation_id is not None or self.capacity_reservation_resource_group_arn is not None
 
 
-@dataclass
+@lean_dataclass
 class ScriptSpec:
     """A custom action: a script (https:// or s3:// URL) and its arguments."""
 
@@ -114,7 +115,7 @@ class ScriptSpec:
     args: list[str] = field(default_factory=list)
 
 
-@dataclass
+@lean_dataclass
 class CustomActionsSpec:
     """The scripts ParallelCluster runs on a node at start, once configured, and after an update."""
 
@@ -123,7 +124,7 @@ class CustomActionsSpec:
     on_node_updated: list[ScriptSpec] = field(default_factory=list)
 
 
-@dataclass
+@lean_dataclass
 class QueueSpec:
     """A Slurm queue (partition): its compute resources, capacity type, subnets and node settings."""
 
@@ -155,7 +156,7 @@ def uses_reserved_capacity(queue: QueueSpec, compute: ComputeSpec) -> bool:
     return queue.capacity_type == "CAPACITY_BLOCK" or compute.reserved
 
 
-@dataclass
+@lean_dataclass
 class HeadNodeSpec:
     """The head node: slurmctld, the shared directories and where jobs are submitted."""
 
@@ -168,7 +169,7 @@ class HeadNodeSpec:
     iam: IamSpec = field(default_factory=IamSpec)
 
 
-@dataclass
+@lean_dataclass
 class LoginNodesSpec:
     """A pool of login nodes: where people ssh to and submit from, so the head node is left to Slurm."""
 
@@ -179,7 +180,7 @@ class LoginNodesSpec:
     iam: IamSpec = field(default_factory=IamSpec)
 
 
-@dataclass
+@lean_dataclass
 class ImageSpec:
     """The nodes' image: ParallelCluster's official AMI for `os`, or a custom one."""
 
@@ -188,7 +189,7 @@ class ImageSpec:
     custom_ami: str | None = None
 
 
-@dataclass
+@lean_dataclass
 class SshSpec:
     """SSH to the head node: the EC2 key pair and who may connect."""
 
@@ -196,7 +197,7 @@ class SshSpec:
     allowed_cidr: str | None = None  # None: DEFAULT_SSH_CIDR
 
 
-@dataclass
+@lean_dataclass
 class DataRepositoryAssociationSpec:
     """A link between a path of an FSx for Lustre file system and an S3 prefix."""
 
@@ -209,7 +210,7 @@ class DataRepositoryAssociationSpec:
     auto_export_policy: list[str] = field(default_factory=list)
 
 
-@dataclass
+@lean_dataclass
 class LustreSpec:
     """FSx for Lustre: a new file system, or an existing one by `file_system_id`."""
 
@@ -246,7 +247,7 @@ class LustreSpec:
         return self.per_unit_storage_throughput or DEFAULT_LUSTRE_THROUGHPUT
 
 
-@dataclass
+@lean_dataclass
 class EfsSpec:
     """Amazon EFS, e.g. for /home: a new encrypted file system or an existing one."""
 
@@ -262,7 +263,7 @@ class EfsSpec:
         return self.file_system_id is None
 
 
-@dataclass
+@lean_dataclass
 class OpenZfsSpec:
     """An existing FSx for OpenZFS volume (ParallelCluster mounts it, never creates it)."""
 
@@ -271,7 +272,7 @@ class OpenZfsSpec:
     mount_dir: str = "/home"
 
 
-@dataclass
+@lean_dataclass
 class EbsSpec:
     """An EBS volume mounted on the head node and shared with the compute nodes over NFS."""
 
@@ -287,7 +288,7 @@ class EbsSpec:
         return self.volume_id is None
 
 
-@dataclass
+@lean_dataclass
 class StorageSpec:
     """The shared file systems, by kind; each names its mount directory."""
 
@@ -297,7 +298,7 @@ class StorageSpec:
     ebs: list[EbsSpec] = field(default_factory=list)
 
 
-@dataclass
+@lean_dataclass
 class PyxisSpec:
     """pyxis and enroot, which ParallelCluster (>= 3.11) ships disabled, enabled by clusterkit's node script."""
 
@@ -306,7 +307,7 @@ class PyxisSpec:
     enroot_dir: str = f"{EPHEMERAL_MOUNT_DIR}/enroot"
 
 
-@dataclass
+@lean_dataclass
 class NeuronSpec:
     """The Neuron driver, runtime and tools on Trainium/Inferentia nodes (ParallelCluster's AMIs carry none).
 
@@ -332,7 +333,7 @@ def _accounting_short_form(value: Any) -> Any:
                        fix="write create, none, or {uri: HOST:PORT, user_name: NAME, password_secret_arn: ARN}")
 
 
-@dataclass
+@lean_dataclass
 class AccountingSpec:
     """Slurm accounting database; the password lives in Secrets Manager, never in the config.
 
@@ -351,7 +352,7 @@ class AccountingSpec:
         return self.create and self.uri is None
 
 
-@dataclass
+@lean_dataclass
 class SlurmSpec:
     """Slurm settings: scaling down, queue updates, requeue, slurm.conf keys and accounting."""
 
@@ -364,7 +365,7 @@ class SlurmSpec:
     accounting: AccountingSpec | None = field(default=None, metadata=field_options(short=_accounting_short_form))
 
 
-@dataclass
+@lean_dataclass
 class ClusterkitSpec:
     """clusterkit itself on the nodes: a node action on the head node installs it into a virtualenv on shared
     storage, whose Python then runs jobs' supervisor."""
@@ -373,7 +374,7 @@ class ClusterkitSpec:
     package: str | None = None  # what pip installs; None: this clusterkit's version from the package index
 
 
-@dataclass
+@lean_dataclass
 class MonitoringSpec:
     """CloudWatch: detailed monitoring, logs and their retention, the dashboard."""
 
@@ -383,7 +384,7 @@ class MonitoringSpec:
     dashboard: bool = True
 
 
-@dataclass
+@lean_dataclass
 class ClusterSpec:
     """A whole cluster as a user writes it; `plan_spec` turns it into a ParallelCluster config."""
 

@@ -8,13 +8,14 @@ say it with these words.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from clusterkit.lean_dataclass import lean_dataclass
 
 EXISTING_KEYS = ("FileSystemId", "VolumeId", "FileCacheId")
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class StorageFate:
     """What deleting the cluster does to one shared file system, and why."""
 

@@ -4,19 +4,20 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 
 from clusterkit import catalog
 from clusterkit.cluster.prerequisites import planned
 from clusterkit.cluster.render import render_config
 from clusterkit.cluster.spec import ClusterSpec
 from clusterkit.cluster.storage import storage_fates
+from clusterkit.lean_dataclass import lean_dataclass
 
 # Baseline FSx for Lustre throughput of SCRATCH deployments, MB/s per TiB (PERSISTENT_* set it explicitly).
 SCRATCH_THROUGHPUT_PER_TIB = 200
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class ClusterSummary:
     """What a cluster adds up to: nodes, accelerators, EFA bandwidth, storage, cost per hour."""
 

@@ -11,11 +11,12 @@ supervised jobs) records each decision in the run's `decisions.jsonl`, keyed by 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit import runtime
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.slurm import AccountingRecord
 from clusterkit.transport import LOCAL, Transport, read_bytes
 
@@ -30,7 +31,7 @@ _BY_SLURM_STATE = {"COMPLETED": "completed", "NODE_FAIL": "node_failure", "BOOT_
                    "OUT_OF_MEMORY": "out_of_memory"}
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Attempt:
     """One attempt of a job: Slurm's record of it and why it ended."""
 

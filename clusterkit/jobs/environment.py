@@ -16,11 +16,12 @@ No RDMAV_* variable is ever set. The job spec's own `env` overrides every preset
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from clusterkit import runtime
 from clusterkit.catalog import InstanceType
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.versions import version_tuple
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ NEURON_CC_FLAGS = "--model-type=transformer --distribution-strategy=llm-training
 TUNER_CONFLICTS = ("NCCL_ALGO", "NCCL_PROTO")
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class JobEnvironment:
     """Variables to export, and where a bare host may keep the EFA plugin (the first that exists goes
     in front of LD_LIBRARY_PATH)."""

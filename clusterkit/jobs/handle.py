@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from html import escape
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import ClusterkitError, NotFound
 from clusterkit.jobs.attempts import Attempt, decisions, merge_attempts
 from clusterkit.jobs.tracking import JobTracker, by_job, is_final, state_of
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.slurm import AccountingRecord, SlurmCommandError
 from clusterkit.transport import Transport, exists, read_bytes
 
@@ -26,7 +26,7 @@ class JobFailed(ClusterkitError):
     """The job ended in a state other than COMPLETED."""
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class JobStatus:
     """What `clusterkit status` shows: the job's state and every attempt, each with why it ended."""
 

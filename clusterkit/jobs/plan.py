@@ -17,7 +17,6 @@ import re
 import secrets
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from clusterkit.findings import Finding, Level, errors, has_errors
 from clusterkit.jobs import records
 from clusterkit.jobs.spec import JobSpec
 from clusterkit.jobs.validators import validate_job
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.providers import Cluster, open_cluster, resolve_cluster_name
 from clusterkit.slurm import Slurm
 from clusterkit.transport import make_dirs, upload
@@ -44,7 +44,7 @@ class PlanRefused(ClusterkitError):
         self.findings = list(findings)
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class JobPlan:
     """A job ready to submit. `script` is None when the spec has errors."""
 

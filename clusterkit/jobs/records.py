@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from clusterkit import registry
 from clusterkit.errors import NotFound
 from clusterkit.files import write_atomically
+from clusterkit.lean_dataclass import lean_dataclass
 
 
-@dataclass
+@lean_dataclass
 class JobRecord:
     job_id: str
     cluster: str

@@ -11,11 +11,11 @@ from __future__ import annotations
 import functools
 import json
 import pickle
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clusterkit.errors import ClusterkitError
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.slurm import Slurm
 from clusterkit.transport import Transport
 
@@ -59,7 +59,7 @@ def versions(slurm: Slurm, python: str) -> dict[str, str | None]:
     return json.loads(run_agent(slurm, python, "versions", timeout=60))
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class RemoteResult:
     """What a JobHandle needs of a submitit job on the far side: its result."""
 

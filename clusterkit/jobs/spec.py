@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import difflib
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import field
 from os import PathLike
 from typing import Any
 
 from clusterkit import spec_reader
 from clusterkit.catalog import INSTANCE_TYPES, PRESET_INSTANCE_TYPES, InstanceType, find_instance_type
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.spec_reader import ValueProblem, field_options, is_mapping, items_of, text_of
 
 # Nodes without accelerators, such as the local Slurm cluster.
@@ -34,7 +35,7 @@ WARNING_SIGNALS = {"USR1": "USR1", "SIGUSR1": "USR1", "10": "USR1", "USR2": "USR
 DEFAULT_WARNING_SECONDS = 60  # Slurm's default when --signal names no time
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class TimeLimitWarning:
     """A parsed `signal: [R:]USR1[@SECONDS]`: sent to the batch shell SECONDS before the time limit."""
 
@@ -147,7 +148,7 @@ def _instance_name(value: Any) -> Any:
 # ----- the spec -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Mount:
     source: str
     target: str = ""  # default: the same path as the source
@@ -158,7 +159,7 @@ class Mount:
             object.__setattr__(self, "target", self.source)
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Container:
     runtime: str = "none"  # one of RUNTIMES
     image: str | None = None  # registry reference, or a .sqsh file on shared storage (pyxis)
@@ -166,7 +167,7 @@ class Container:
     workdir: str | None = None  # inside the container; defaults to the job's workdir
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Command:
     """What each task runs: a Python file (`.py`, run by torchrun or python) or an executable."""
 
@@ -178,7 +179,7 @@ class Command:
         return self.script.endswith(".py")
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Launcher:
     kind: str = field(default="torchrun", metadata=field_options(key="type"))  # one of LAUNCHERS
     # torchrun's c10d rendezvous port; None: derived from the job id and the cluster on the node, so
@@ -191,14 +192,14 @@ class Launcher:
     compile_cache: str = DEFAULT_NEURON_CACHE_DIR  # neuron: compiler cache on shared storage
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Logs:
     # One file per job id, appended to across requeues (no restart count in the name).
     output: str = DEFAULT_OUTPUT
     error: str | None = None  # None: stderr goes to the output file
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class StackVersions:
     """Library versions in the image (or on the nodes); they gate the EFA, NCCL and Neuron settings.
     None: assume current ones."""
@@ -210,7 +211,7 @@ class StackVersions:
     neuron: str | None = None  # the Neuron SDK release, e.g. 2.25
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Supervision:
     """Run the step under clusterkit's supervisor (clusterkit.resilience.supervisor) in the job."""
 
@@ -225,7 +226,7 @@ class Supervision:
     max_preemptions: int | None = None
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class JobSpec:
     name: str
     command: Command

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.slurm import AccountingRecord, Slurm
 
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL",
@@ -22,7 +22,7 @@ def is_final(state: str) -> bool:
     return state in FINAL_STATES
 
 
-@dataclass
+@lean_dataclass
 class _Snapshot:
     taken: float
     queue: dict[str, str]

@@ -10,8 +10,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
+
+from clusterkit.lean_dataclass import lean_dataclass
 
 if TYPE_CHECKING:
     from clusterkit.cluster.plan import ClusterPlan, ClusterRequest
@@ -25,7 +27,7 @@ def quiet(_: str) -> None:
     """Progress that goes nowhere (scripts, tests)."""
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class DeletionPlan:
     """What deleting a cluster removes and what it leaves; `confirm`: a person should agree first;
     `storage_deleted`: shared storage (and its files) among `deletes`, which a delete removes only
@@ -42,7 +44,7 @@ class DeletionPlan:
                 "storage_deleted": list(self.storage_deleted)}
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class ClusterInfo:
     """`describe()`: the same shape for every provider. `details` holds what only one provider has."""
 

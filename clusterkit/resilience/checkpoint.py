@@ -39,12 +39,12 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
 from clusterkit.errors import ClusterkitError, NotFound
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.resilience.checkpoint_files import ChecksummedFile, VerifyingFile, lower_priority, shared_executor
 from clusterkit.resilience.checksums import (
     ALGORITHMS,
@@ -82,7 +82,7 @@ class DamagedCheckpoint(ClusterkitError):
     """A committed checkpoint whose bytes do not match its manifest's checksums."""
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Checkpoint:
     """A committed checkpoint whose manifest checks out (see `Verify` for how far)."""
 
@@ -91,7 +91,7 @@ class Checkpoint:
     manifest: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class _Topology:
     rank: int
     world_size: int
@@ -99,7 +99,7 @@ class _Topology:
     group: Any = None  # torch.distributed process group, None for the default one
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class _TorchWrite:
     """A shard in the page cache, waiting to be made durable and committed (or its error)."""
 

@@ -20,10 +20,10 @@ import hashlib
 import os
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from clusterkit.errors import ClusterkitError
+from clusterkit.lean_dataclass import lean_dataclass
 
 Checksum = Literal["xxh3", "sha256"]
 """What a user chooses: "xxh3" (fast, catches accidents) or "sha256" (also tamper evidence)."""
@@ -37,7 +37,7 @@ class Hasher(Protocol):
     def digest(self) -> bytes: ...
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class ChecksumAlgorithm:
     name: str  # as manifests name it
     choice: Checksum

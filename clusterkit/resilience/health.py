@@ -14,17 +14,18 @@ import json
 import os
 import socket
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.runtime import FAULTS_DIR_ENV, INSTANCE_TYPE_ENV
 
 if TYPE_CHECKING:
     from clusterkit.stack.probe import Probe
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class HealthResult:
     check: str
     ok: bool

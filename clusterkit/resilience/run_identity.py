@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.runtime import ATTEMPT_ID_ENV, RUN_ID_ENV
 
 RUN_ID_FILE = ".clusterkit-run-id"
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class RunIdentity:
     """Who this run is: the id loggers should reuse, where its files live, how often it restarted."""
 

@@ -17,18 +17,19 @@ import errno
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
 from typing import Any
 
 from clusterkit import runtime
+from clusterkit.lean_dataclass import lean_dataclass
 
 STATE_BYTES = 16 << 10
 DECISIONS_BYTES = 256 << 10
 KEEP_ATTEMPTS = 50  # attempts_seen is only asked "was this one seen" and "which was the last"
 
 
-@dataclass
+@lean_dataclass
 class Budget:
     """Counts kept across requeues and resubmissions: failures spend `max_restarts`; planned requeues
     (before a time limit) and preemptions have bounds of their own."""

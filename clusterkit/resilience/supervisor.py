@@ -34,11 +34,12 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from clusterkit import runtime
 from clusterkit.errors import ClusterkitError
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.resilience.heartbeat import read_heartbeats
 from clusterkit.resilience.run_state import Budget, RunState
 from clusterkit.runtime import (APPLICATION_ERROR, BUDGET_EXHAUSTED, CHECKPOINT_STORAGE_FULL, COMPLETED, HANG,
@@ -54,7 +55,7 @@ REQUEUED_BY_US = (NODE_FAILURE, TIME_LIMIT, PREEMPTED)
 _ENDED_BY_SLURM = {"PREEMPTED": "preemption", "TIMEOUT": "time_limit"}
 
 
-@dataclass
+@lean_dataclass
 class StepOutcome:
     exit_code: int | None  # None: we stopped it
     hang_evidence: str = ""

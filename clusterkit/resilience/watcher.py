@@ -9,20 +9,21 @@ working directory: same run id and checkpoint root, so training resumes from `la
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from clusterkit.jobs import records
 from clusterkit.jobs.attempts import decisions
 from clusterkit.jobs.handle import JobHandle
 from clusterkit.jobs.plan import plan_from_record
 from clusterkit.jobs.submit import job_handle, submit_plan
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.runtime import NODE_FAILURE
 
 # Ends after which the same script, rerun on other nodes, is expected to succeed.
 RESUBMITTABLE = {"NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "PREEMPTED"}
 
 
-@dataclass
+@lean_dataclass
 class WatchResult:
     job_ids: list[str]
     state: str

@@ -11,10 +11,10 @@ import enum
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from clusterkit.catalog import InstanceType, find_instance_type, resolve_instance_type
 from clusterkit.errors import ClusterkitError
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.stack.probe import Probe
 from clusterkit.versions import version_tuple
 
@@ -46,7 +46,7 @@ class Status(str, enum.Enum):
     SKIP = "skip"
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class CheckResult:
     """One check's verdict. `layer` is where the piece belongs: "ami" (host) or "container"."""
 
@@ -61,14 +61,14 @@ class CheckResult:
                 "fix": self.fix}
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class NvidiaSmi:
     driver_version: str | None
     cuda_version: str | None  # the newest CUDA the driver supports
     gpu_count: int
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Node:
     """What the checks share about the node under examination."""
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clusterkit.catalog import InstanceType
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.stack.doctor import CheckResult, Status
 
 if TYPE_CHECKING:
@@ -62,13 +62,13 @@ _PRINT_INSTANCE = ('if [[ ${SLURM_LOCALID:-0} == 0 ]]; then '
                    'exec "$@"')
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class BandwidthRow:
     size_bytes: int
     busbw_gb_s: tuple[float, ...]  # nccl-tests: out-of-place, then in-place
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class BandwidthReport:
     rows: tuple[BandwidthRow, ...]
     average_busbw_gb_s: float | None  # the "# Avg bus bandwidth" line, when printed

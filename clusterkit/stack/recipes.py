@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import Any
 
 from clusterkit.catalog import InstanceType
 from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Finding, Level
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.versions import at_least, version_tuple
 
 ACCELERATORS = ("gpu", "neuron")
@@ -60,7 +61,7 @@ INSTANCE_MINIMUMS: dict[str, dict[str, str]] = {
 _VERSION_RE = re.compile(r"^v?\d+(?:\.\d+)*(?:[.-][0-9A-Za-z*]+)*$")
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class RecipeOptions:
     """What to build. None means 'the default' (or, for aws_ofi_nccl, the EFA installer's copy)."""
 

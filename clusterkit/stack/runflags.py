@@ -6,10 +6,10 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from clusterkit.errors import ClusterkitError
+from clusterkit.lean_dataclass import lean_dataclass
 
 RUNTIMES = ("docker", "apptainer")
 
@@ -20,7 +20,7 @@ DOCKER_COMMON_FLAGS = ("--network", "host", "--ipc", "host", "--ulimit", "memloc
                        "--ulimit", "stack=67108864")
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class NodeDevices:
     """Device nodes under /dev, as absolute paths in numeric order."""
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from clusterkit.errors import ClusterkitError
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.providers.base import Progress, quiet
 
 # Reasons AWS gives, and what to do about them (first match wins).
@@ -49,7 +49,7 @@ _CASCADED = ("Resource creation cancelled", "Resource update cancelled",
              "The following resource(s) failed to delete")
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class StackFailure:
     resource: str
     resource_type: str
@@ -97,7 +97,7 @@ def _is_failed(status: str, operation: str) -> bool:
     return status == "DELETE_FAILED"
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class StackResult:
     stack_name: str
     status: str

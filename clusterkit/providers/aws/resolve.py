@@ -14,7 +14,7 @@ S3 questions; it changes nothing.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from clusterkit import offerings
@@ -31,13 +31,14 @@ from clusterkit.cluster.spec import (
     QueueSpec,
 )
 from clusterkit.findings import Finding, Level, has_errors
+from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.providers.aws.access import Aws, call
 
 USABLE_RESERVATION_STATES = ("active", "scheduled")
 COMPLETE_STACK_STATES = ("CREATE_COMPLETE", "UPDATE_COMPLETE")
 
 
-@dataclass
+@lean_dataclass
 class Resolution:
     """The spec with its open fields filled in, what was chosen, and every problem found."""
 

@@ -5,11 +5,12 @@ Same layout in, same text out; golden files pin the text. Nothing here touches t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
+from clusterkit.lean_dataclass import lean_dataclass
 
-@dataclass(frozen=True)
+
+@lean_dataclass(frozen=True)
 class LocalLayout:
     """Where everything of one local cluster lives, all under one directory."""
 
@@ -113,7 +114,7 @@ class LocalLayout:
         return self.spool / node
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class LocalClusterConfig:
     """What a local cluster is: its name, nodes and the ports its daemons listen on."""
 
