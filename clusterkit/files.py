@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 from clusterkit.errors import ClusterkitError
@@ -26,7 +25,7 @@ def write_atomically(path: str | Path, text: str) -> None:
     if not directory.is_dir():
         raise ClusterkitError(f"cannot write {path}: directory {directory} does not exist",
                               fix="create the directory or choose another path")
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    handle, temporary = _new_file_beside(path)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
@@ -36,6 +35,18 @@ def write_atomically(path: str | Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _new_file_beside(path: Path) -> tuple[int, Path]:
+    """A new, private file in the directory of `path`, opened for writing (tempfile.mkstemp's promise,
+    without the millisecond `tempfile` adds to every CLI start)."""
+    while True:
+        temporary = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            return os.open(temporary, flags, 0o600), temporary
+        except FileExistsError:
+            continue
 
 
 def write_user_file(path: str | Path, text: str) -> None:

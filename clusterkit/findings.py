@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 from clusterkit.lean_dataclass import lean_dataclass
 
@@ -23,6 +24,13 @@ def shorten(value: object, limit: int = SHOWN_VALUE_CHARS) -> object:
     if len(text) <= limit:
         return text
     return f"{text[:limit - 20]}... ({len(text):,} characters)"
+
+
+def similar_names(name: str, choices: Iterable[str], count: int = 1, cutoff: float = 0.6) -> list[str]:
+    """The closest of `choices` to a mistyped `name`, for a fix's "did you mean"."""
+    import difflib  # lazy: only a mistake needs it, and it costs a millisecond at every CLI start
+
+    return difflib.get_close_matches(name, list(choices), n=count, cutoff=cutoff)
 
 
 @lean_dataclass(frozen=True)

@@ -11,10 +11,10 @@ The curated facts people train with (accelerator models, NeuronCores, prices) st
 
 from __future__ import annotations
 
-import difflib
 import functools
 from pathlib import Path
 
+from clusterkit.findings import similar_names
 from clusterkit.lean_dataclass import lean_dataclass
 
 TABLE_FILE = Path(__file__).resolve().parent / "data" / "instance-offerings.tsv"
@@ -86,7 +86,7 @@ class OfferingsTable:
 
     def similar(self, instance_type: str, count: int = 3) -> list[str]:
         """The closest existing type names, for a "did you mean"."""
-        return difflib.get_close_matches(instance_type, self.names, n=count, cutoff=0.6)
+        return similar_names(instance_type, self.names, count)
 
 
 def format_table(generated: str, source: str, regions: list[str], types: list[InstanceFacts]) -> str:

@@ -7,7 +7,6 @@ need to talk to it (for a local cluster, its slurm.conf and the pids it started)
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -64,6 +63,8 @@ class ClusterRecord:
 
 def save(record: ClusterRecord) -> Path:
     """Write the record atomically (a reader never sees half a file)."""
+    import json  # lazy, here and in load: a dry run reads and writes no record
+
     directory = cluster_dir(record.name)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / RECORD_FILE
@@ -72,6 +73,8 @@ def save(record: ClusterRecord) -> Path:
 
 
 def load(name: str) -> ClusterRecord:
+    import json
+
     path = cluster_dir(name) / RECORD_FILE
     try:
         data = json.loads(path.read_text())

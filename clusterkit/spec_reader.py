@@ -17,7 +17,6 @@ Reading is two steps, and neither raises on a bad value:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import os
 import re
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from clusterkit.errors import ClusterkitError
-from clusterkit.findings import Finding, Level, shorten
+from clusterkit.findings import Finding, Level, shorten, similar_names
 from clusterkit.lean_dataclass import lean_dataclass
 
 MAX_SPEC_BYTES = 1 << 20
@@ -462,7 +461,7 @@ class _Reader:
 
 
 def _did_you_mean(key: str, known: MappingABC[str, object]) -> str:
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    close = similar_names(key, known)
     if close:
         return f"did you mean {close[0]!r}?"
     return "known keys: " + ", ".join(known)

@@ -14,8 +14,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "clusterkit"
 
 # Lowest first. A unit may import its own layer's ground-floor modules and anything below; nothing above.
 LAYERS: list[set[str]] = [
-    {"errors", "lean_dataclass", "findings", "rules", "runtime", "versions", "files", "spec_reader", "resources", "catalog",
-     "offerings", "pids"},
+    {"errors", "lean_dataclass", "findings", "rules", "runtime", "versions", "files", "spec_reader", "yaml_text",
+     "resources", "catalog", "offerings", "pids"},
     {"registry", "slurm", "transport"},
     {"cluster"},
     {"providers"},

@@ -10,7 +10,6 @@ preset has a Slurm accounting database of clusterkit's own (`accounting: create`
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 
 from clusterkit.catalog import PRESET_INSTANCE_TYPES
@@ -25,6 +24,7 @@ from clusterkit.cluster.spec import (
     StorageSpec,
 )
 from clusterkit.errors import NotFound
+from clusterkit.findings import similar_names
 from clusterkit.lean_dataclass import lean_dataclass
 
 
@@ -126,6 +126,6 @@ def preset(name: str) -> ClusterSpec:
     try:
         return PRESETS[name].build()
     except KeyError:
-        close = difflib.get_close_matches(name, PRESETS, n=1)
+        close = similar_names(name, PRESETS)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise NotFound(f"unknown preset {name!r}", fix=f"{hint}presets: {', '.join(PRESETS)}") from None

@@ -13,7 +13,6 @@ newline slips into a script. `single_line` refuses control characters in every t
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -37,13 +36,14 @@ from clusterkit.cluster.spec import (
     QueueSpec,
     uses_reserved_capacity,
 )
-from clusterkit.findings import Finding, Level
+from clusterkit.findings import Finding, Level, similar_names
 from clusterkit.rules import RuleBook
 
 CLUSTER_RULES: RuleBook[ClusterSpec] = RuleBook("cluster")
 rule = CLUSTER_RULES.rule
 
-# Limits and allowed values of ParallelCluster 3.16.
+# Limits and allowed values of ParallelCluster 3.16. The *_RE patterns stay text and `re` compiles (and caches)
+# those a spec needs: compiling all of them at import cost every CLI start 3 ms.
 SUPPORTED_OS = ("alinux2023", "ubuntu2204", "ubuntu2404", "rhel8", "rhel9", "rocky8", "rocky9")
 OS_WITHOUT_OFFICIAL_AMI = ("rocky8", "rocky9")
 # ParallelCluster 3.16's supported regions (its `supported-regions` resource file).
@@ -55,9 +55,9 @@ PARALLELCLUSTER_REGIONS = (
     "us-gov-west-1", "us-west-1", "us-west-2",
 )
 NODE_ARCHITECTURES = ("x86_64", "arm64")
-RESOURCE_NAME_RE = re.compile(r"[a-z][a-z0-9-]*")
+RESOURCE_NAME_RE = r"[a-z][a-z0-9-]*"
 RESOURCE_NAME_MAX = 25
-CLUSTER_NAME_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9-]*")
+CLUSTER_NAME_RE = r"[a-zA-Z][a-zA-Z0-9-]*"
 CLUSTER_NAME_MAX = 60
 CLUSTER_NAME_MAX_WITH_ACCOUNTING = 40
 MAX_QUEUES = 50
@@ -65,23 +65,23 @@ MAX_COMPUTE_RESOURCES_PER_QUEUE = 50
 MAX_COMPUTE_RESOURCES_PER_CLUSTER = 50
 MAX_LOGIN_POOLS = 10
 CAPACITY_TYPES = ("ONDEMAND", "SPOT", "CAPACITY_BLOCK")
-CAPACITY_RESERVATION_RE = re.compile(r"cr-[0-9a-f]{17}")
-RESOURCE_GROUP_ARN_RE = re.compile(r"arn:aws[a-z-]*:resource-groups:[a-z0-9-]+:\d{12}:group/[A-Za-z0-9_.-]{1,300}")
-INSTANCE_TYPE_RE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
-REGION_RE = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
-SUBNET_RE = re.compile(r"subnet-[0-9a-z]{8}|subnet-[0-9a-z]{17}")
-AMI_ID_RE = re.compile(r"ami-[0-9a-z]{8}|ami-[0-9a-z]{17}")
-AMI_NAME_RE = re.compile(r"[A-Za-z0-9()\[\] ./'@_-]{3,128}")  # EC2's rule for image names
+CAPACITY_RESERVATION_RE = r"cr-[0-9a-f]{17}"
+RESOURCE_GROUP_ARN_RE = r"arn:aws[a-z-]*:resource-groups:[a-z0-9-]+:\d{12}:group/[A-Za-z0-9_.-]{1,300}"
+INSTANCE_TYPE_RE = r"[a-z][a-z0-9-]*\.[a-z0-9-]+"
+REGION_RE = r"[a-z]{2}(-[a-z]+)+-\d"
+SUBNET_RE = r"subnet-[0-9a-z]{8}|subnet-[0-9a-z]{17}"
+AMI_ID_RE = r"ami-[0-9a-z]{8}|ami-[0-9a-z]{17}"
+AMI_NAME_RE = r"[A-Za-z0-9()\[\] ./'@_-]{3,128}"  # EC2's rule for image names
 LUSTRE_DEPLOYMENT_TYPES = ("SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
 LUSTRE_THROUGHPUT = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
 LUSTRE_AUTO_IMPORT_POLICIES = ("NEW", "NEW_CHANGED", "NEW_CHANGED_DELETED")
 IMPORTED_FILE_CHUNK_MIB = (1, 512_000)
 DRA_POLICY_EVENTS = ("NEW", "CHANGED", "DELETED")
 MAX_DATA_REPOSITORY_ASSOCIATIONS = 8
-FSX_LUSTRE_ID_RE = re.compile(r"fs-[0-9a-z]{17}")
-EFS_ID_RE = re.compile(r"fs-[0-9a-z]{8}|fs-[0-9a-z]{17}")
-FSX_VOLUME_ID_RE = re.compile(r"fsvol-[0-9a-f]{17}")
-EBS_VOLUME_ID_RE = re.compile(r"vol-[0-9a-z]{8}|vol-[0-9a-z]{17}")
+FSX_LUSTRE_ID_RE = r"fs-[0-9a-z]{17}"
+EFS_ID_RE = r"fs-[0-9a-z]{8}|fs-[0-9a-z]{17}"
+FSX_VOLUME_ID_RE = r"fsvol-[0-9a-f]{17}"
+EBS_VOLUME_ID_RE = r"vol-[0-9a-z]{8}|vol-[0-9a-z]{17}"
 # Size bounds in GiB per EBS volume type.
 EBS_SIZES = {"standard": (1, 1024), "io1": (4, 16_384), "io2": (4, 65_536), "gp2": (1, 16_384),
              "gp3": (1, 16_384), "st1": (500, 16_384), "sc1": (500, 16_384)}
@@ -97,7 +97,7 @@ MAX_EXISTING_FSX = MAX_EXISTING_EFS = 20
 MAX_EBS = 5
 STORAGE_NAME_MAX = 30
 # Storage names become tag values of ParallelCluster's own resources: its stricter rule.
-STORAGE_NAME_RE = re.compile(r"[\w+\-=.:@/]{1,256}")
+STORAGE_NAME_RE = r"[\w+\-=.:@/]{1,256}"
 TAG_KEY_MAX = 128
 TAG_VALUE_MAX = 256
 TAG_PUNCTUATION = frozenset(" _.:/=+-@")  # AWS tags: letters, digits, spaces and these
@@ -108,9 +108,9 @@ RESERVED_MOUNT_DIRS = frozenset((
     "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var",
 ))
 # ParallelCluster's path pattern: no empty, "." or ".." segments, no trailing "/", no "\" at a segment start.
-MOUNT_DIR_RE = re.compile(r"/?[^/.\\][^/\\]*(/[^/.\\][^/]*)*")
+MOUNT_DIR_RE = r"/?[^/.\\][^/\\]*(/[^/.\\][^/]*)*"
 # A path clusterkit passes to a root shell script and to enroot's shell-expanded configuration.
-SAFE_PATH_RE = re.compile(r"(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+")
+SAFE_PATH_RE = r"(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+"
 QUEUE_UPDATE_STRATEGIES = ("DRAIN", "COMPUTE_FLEET_STOP", "TERMINATE")
 # slurm.conf keys ParallelCluster manages itself (lower case: Slurm keys are case-insensitive).
 SLURM_DENIED_SETTINGS = frozenset((
@@ -123,26 +123,26 @@ SLURM_DENIED_WITH_ACCOUNTING = frozenset((
     "jobacctgathertype",
 ))
 SLURM_DENIED_NODE_SETTINGS = frozenset(("cpus", "gres", "nodeaddr", "nodehostname", "nodename", "state", "weight"))
-SLURM_KEY_RE = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+SLURM_KEY_RE = r"[A-Za-z][A-Za-z0-9]*"
 # A value that hides a second `Key=value` (slurm.conf lines hold several, separated by spaces).
-SLURM_SECOND_SETTING_RE = re.compile(r"\s[A-Za-z][A-Za-z0-9]*=")
+SLURM_SECOND_SETTING_RE = r"\s[A-Za-z][A-Za-z0-9]*="
 LOG_RETENTION_DAYS = (0, 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653)
-SECRET_ARN_RE = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+")
-DATABASE_URI_RE = re.compile(r"(?P<host>[A-Za-z0-9.-]+)(:(?P<port>\d{1,5}))?")
-DATABASE_USER_RE = re.compile(r"[A-Za-z0-9_.@-]{1,32}")  # one word: it lands in slurmdbd.conf
-SCRIPT_URL_RE = re.compile(r"(s3|https)://[^\s]+")
-SECURITY_GROUP_RE = re.compile(r"sg-([0-9a-f]{8}|[0-9a-f]{17})")
+SECRET_ARN_RE = r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+"
+DATABASE_URI_RE = r"(?P<host>[A-Za-z0-9.-]+)(:(?P<port>\d{1,5}))?"
+DATABASE_USER_RE = r"[A-Za-z0-9_.@-]{1,32}"  # one word: it lands in slurmdbd.conf
+SCRIPT_URL_RE = r"(s3|https)://[^\s]+"
+SECURITY_GROUP_RE = r"sg-([0-9a-f]{8}|[0-9a-f]{17})"
 # One requirement or URL, as the node script accepts it (it checks again): never an option, never two words.
-PIP_REQUIREMENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!=<>~,:/@%-]*")
-POLICY_ARN_RE = re.compile(r"arn:aws[a-z-]*:iam::(aws|\d{12}):policy/[\w+=,.@/-]{1,512}")
-POLICY_NAME_RE = re.compile(r"[\w+=,.@-]{1,128}")
-BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-PREFIX_LIST_RE = re.compile(r"pl-[a-zA-Z0-9]+")
+PIP_REQUIREMENT_RE = r"[A-Za-z0-9][A-Za-z0-9._+!=<>~,:/@%-]*"
+POLICY_ARN_RE = r"arn:aws[a-z-]*:iam::(aws|\d{12}):policy/[\w+=,.@/-]{1,512}"
+POLICY_NAME_RE = r"[\w+=,.@-]{1,128}"
+BUCKET_RE = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
+PREFIX_LIST_RE = r"pl-[a-zA-Z0-9]+"
 _OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9][0-9]|[0-9])"
-IPV4_CIDR_RE = re.compile(rf"({_OCTET}\.){{3}}{_OCTET}/(3[0-2]|[12][0-9]|[0-9])")  # the mask is required
+IPV4_CIDR_RE = rf"({_OCTET}\.){{3}}{_OCTET}/(3[0-2]|[12][0-9]|[0-9])"  # the mask is required
 WORLD_CIDR = "0.0.0.0/0"
 # Control characters, and the Unicode line and paragraph separators: none belongs in a one-line value.
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+CONTROL_RE = r"[\x00-\x1f\x7f\x85\u2028\u2029]"
 MAX_TEXT_CHARS = 4096
 
 
@@ -173,14 +173,14 @@ def _compute_resources(spec: ClusterSpec) -> Iterator[tuple[str, QueueSpec, str,
 
 def _suggest(value: str, choices: Iterable[str]) -> str:
     choices = list(choices)
-    close = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
+    close = similar_names(value, choices, cutoff=0.5)
     if close:
         return f"did you mean {close[0]!r}? (one of: {', '.join(choices)})"
     return f"use one of: {', '.join(choices)}"
 
 
-def _full(pattern: re.Pattern[str], value: str) -> bool:
-    return pattern.fullmatch(value) is not None
+def _full(pattern: str, value: str) -> bool:
+    return re.fullmatch(pattern, value) is not None
 
 
 # --- text: one line, bounded ---------------------------------------------------------------------
@@ -203,14 +203,14 @@ def _text_fields(value: Any, path: str) -> Iterator[tuple[str, str]]:
 
 
 def _shown(text: str) -> str:
-    return CONTROL_RE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    return re.sub(CONTROL_RE, lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 @rule
 def single_line(spec: ClusterSpec) -> Iterator[Finding]:
     """Every text value lands in a config line, a script argument or a slurm.conf line: one line each."""
     for path, text in _text_fields(spec, ""):
-        control = CONTROL_RE.search(text)
+        control = re.search(CONTROL_RE, text)
         if control:
             yield _error(path.removesuffix(" key"), f"holds the control character U+{ord(control.group()):04X} "
                          "(a value is one line of printable text)", "remove line breaks, tabs and control "
@@ -868,7 +868,7 @@ def _slurm_settings_findings(path: str, settings: dict[str, str], denied: frozen
         elif key.lower() in denied:
             yield _error(field, f"ParallelCluster manages {key} itself and rejects it at {level} level",
                          f"remove {key}", value)
-        if SLURM_SECOND_SETTING_RE.search(value):
+        if re.search(SLURM_SECOND_SETTING_RE, value):
             yield _error(field, "the value hides a second `Key=value` setting (slurm.conf reads every word of a "
                          "line)", "give each setting its own key", value)
 
@@ -920,7 +920,7 @@ def slurm_accounting(spec: ClusterSpec) -> Iterator[Finding]:
                      f"{', '.join(missing)}", "give uri, user_name and password_secret_arn, or write "
                      "accounting: create for a database of clusterkit's own")
         return
-    uri = DATABASE_URI_RE.fullmatch(accounting.uri)
+    uri = re.fullmatch(DATABASE_URI_RE, accounting.uri)
     if uri is None:
         fix = ("write host:port without a scheme" if "://" in accounting.uri
                else "write host:port, e.g. slurm-db.cluster-abc.us-east-1.rds.amazonaws.com:3306")

@@ -8,7 +8,6 @@ short forms a person writes (`command: [train.py, --epochs, 3]`, `launcher: neur
 
 from __future__ import annotations
 
-import difflib
 import shlex
 from dataclasses import field
 from os import PathLike
@@ -16,6 +15,7 @@ from typing import Any
 
 from clusterkit import spec_reader
 from clusterkit.catalog import INSTANCE_TYPES, PRESET_INSTANCE_TYPES, InstanceType, find_instance_type
+from clusterkit.findings import similar_names
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.spec_reader import ValueProblem, field_options, is_mapping, items_of, text_of
 
@@ -139,7 +139,7 @@ def _instance_name(value: Any) -> Any:
     if name in INSTANCE_TYPES:
         return name
     choices = [CPU_INSTANCE, *PRESET_INSTANCE_TYPES, *INSTANCE_TYPES]
-    guess = difflib.get_close_matches(name, choices, n=1)
+    guess = similar_names(name, choices)
     raise ValueProblem("unknown instance type or preset",
                        f"did you mean {guess[0]!r}?" if guess else
                        f"use {CPU_INSTANCE!r}, a preset ({', '.join(PRESET_INSTANCE_TYPES)}) or an instance type")

@@ -7,14 +7,13 @@ Patterns are matched in full (`fullmatch`): `$` would let a trailing newline thr
 
 from __future__ import annotations
 
-import difflib
 import posixpath
 import re
 import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from clusterkit.findings import Finding, Level
+from clusterkit.findings import Finding, Level, similar_names
 from clusterkit.jobs.spec import (CPU_INSTANCE, DEFAULT_NEURON_CACHE_DIR, DEFAULT_OUTPUT, LAUNCHERS, RUNTIMES,
                                   WARNING_SIGNALS, JobSpec, parse_warning)
 from clusterkit.registry import CLUSTER_NAME_RE
@@ -104,7 +103,7 @@ def _warning(path: str, message: str, fix: str, value: object = None) -> Finding
 
 def _choice(path: str, value: str, choices: tuple[str, ...]) -> Iterator[Finding]:
     if value not in choices:
-        guess = difflib.get_close_matches(value, choices, n=1)
+        guess = similar_names(value, choices)
         yield _error(path, f"must be one of {', '.join(choices)}",
                      f"did you mean {guess[0]!r}?" if guess else f"use one of: {', '.join(choices)}", value)
 
