@@ -8,7 +8,6 @@ supervisor's decisions and arguments. Nothing here imports anything of clusterki
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +58,8 @@ def read_decisions(path: Path) -> list[dict[str, Any]]:
 def parse_decisions(data: bytes) -> list[dict[str, Any]]:
     """A decisions file's content: one JSON object a line, then NUL padding (space the supervisor
     reserved so that a full disk cannot stop it). Lines cut short by a crash are skipped."""
+    import json  # lazy: every CLI command loads this module, few read decisions
+
     text = data.rstrip(b"\0").decode("utf-8", "replace")
     found = []
     for line in text.splitlines():

@@ -73,8 +73,11 @@ def test_validate_and_dry_run_load_no_provider_or_heavy_module_they_do_not_need(
     dry_run = loaded_after(f"from clusterkit.cli import main\n{silent}main(['create-cluster', '--preset', 'p4de', "
                            f"'--name', 'b', '--dry-run', '--output-config', {str(tmp_path / 'c.yaml')!r}])")
     assert "clusterkit.providers.local" not in dry_run and "clusterkit.jobs" not in dry_run
-    # A dry run reaches no head node: neither Slurm's commands nor the SSH transport load.
-    assert not dry_run & {"clusterkit.slurm", "clusterkit.transport", "subprocess", "logging"}
+    # A dry run asks no account and reaches no head node: no resolving, Slurm commands or SSH transport load,
+    # and what only a mistake (difflib), a saved record (json) or an upload (tempfile via boto3) needs stays out.
+    assert not dry_run & {"clusterkit.providers.aws.resolve", "clusterkit.providers.aws.cloudformation",
+                          "clusterkit.slurm", "clusterkit.transport", "subprocess", "logging", "difflib", "json",
+                          "tempfile"}
     assert dry_run & set(HEAVY_MODULES) == {"yaml"}
 
 

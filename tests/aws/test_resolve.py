@@ -18,7 +18,7 @@ from clusterkit.cluster.spec import (
     ScriptSpec,
 )
 from clusterkit.findings import Level
-from clusterkit.providers.aws import resolve
+from clusterkit.providers.aws.resolve import resolve
 
 from .conftest import REGION, answer, answer_reservations, private_subnets, refuse, reservation
 

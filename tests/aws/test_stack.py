@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from clusterkit.providers.aws import Aws, StackFailed, follow_stack
-from clusterkit.providers.aws.cloudformation import first_failure, hint_for
+from clusterkit.providers.aws import Aws
+from clusterkit.providers.aws.cloudformation import StackFailed, first_failure, follow_stack, hint_for
 
 from .conftest import answer
 from .fake_backend import TEMPLATE

@@ -32,12 +32,11 @@ from clusterkit.findings import Finding, Level, has_errors
 from clusterkit.providers.aws import prerequisites as stacks
 from clusterkit.providers.aws.access import Aws, check_caller
 from clusterkit.providers.aws.backend import ClusterBackend, Config, ParallelClusterBackend
-from clusterkit.providers.aws.cloudformation import StackFailed, follow_stack
-from clusterkit.providers.aws.resolve import Resolution, resolve
 from clusterkit.providers.aws.uploads import upload_node_scripts
 from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, quiet
 
-if TYPE_CHECKING:  # loaded only when the head node is reached (ssh_target), never by a dry run
+if TYPE_CHECKING:  # loaded only when the account is asked (prepare) or the head node reached, never by a dry run
+    from clusterkit.providers.aws.resolve import Resolution
     from clusterkit.slurm import Slurm
     from clusterkit.transport import SshTarget
 
@@ -133,6 +132,8 @@ class AwsProvider:
         progress(f"checking AWS credentials for {aws.region}")
         caller = check_caller(aws)
         progress(f"resolving the spec in account {caller['account']}, {aws.region}")
+        from clusterkit.providers.aws.resolve import resolve
+
         resolution = resolve(plan.spec, aws, caller["account"])
         # The resolved spec is validated afresh: a chosen subnet ends the "placeholder subnet" warning.
         findings = validate(resolution.spec) + resolution.findings
@@ -400,6 +401,8 @@ class AwsCluster:
         return target
 
     def _follow(self, operation: str, progress: Progress, poll_seconds: float | None) -> None:
+        from clusterkit.providers.aws.cloudformation import StackFailed, follow_stack
+
         try:
             follow_stack(self.aws.client("cloudformation"), self.stack_id, operation, progress,
                          poll_seconds=POLL_SECONDS if poll_seconds is None else poll_seconds)

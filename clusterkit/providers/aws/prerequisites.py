@@ -13,7 +13,6 @@ from typing import Any
 
 from clusterkit.cluster.prerequisites import CREATED_FOR_TAG, LAYOUT, LAYOUT_TAG
 from clusterkit.providers.aws.access import Aws, call
-from clusterkit.providers.aws.cloudformation import follow_stack
 from clusterkit.providers.base import Progress, quiet
 
 # Network interfaces that belong to the stack itself: its NAT gateway's and its database's.
@@ -25,6 +24,8 @@ def create(aws: Aws, stack: str, template_text: str, parameters: dict[str, str],
            progress: Progress = quiet, poll_seconds: float = 15.0) -> dict[str, str]:
     """Create the stack, follow it to CREATE_COMPLETE and return its outputs. A failed create deletes what it
     made (OnFailure DELETE), so a retry starts clean."""
+    from clusterkit.providers.aws.cloudformation import follow_stack  # lazy: a dry run follows no stack
+
     progress(f"creating prerequisites stack {stack} in {aws.region}")
     created = call(aws, "cloudformation", "create_stack", StackName=stack, TemplateBody=template_text,
                    Parameters=[{"ParameterKey": key, "ParameterValue": value} for key, value in parameters.items()],
@@ -71,6 +72,8 @@ def users(aws: Aws, stack_outputs: dict[str, str]) -> list[str]:
 
 
 def delete(aws: Aws, stack: str, progress: Progress = quiet, poll_seconds: float = 15.0) -> None:
+    from clusterkit.providers.aws.cloudformation import follow_stack  # lazy: a dry run follows no stack
+
     progress(f"deleting prerequisites stack {stack} in {aws.region}")
     call(aws, "cloudformation", "delete_stack", StackName=stack)
     follow_stack(aws.client("cloudformation"), stack, "DELETE", progress, poll_seconds=poll_seconds)
