@@ -45,7 +45,14 @@ from typing import Any, Literal
 
 from clusterkit.errors import ClusterkitError, NotFound
 from clusterkit.lean_dataclass import lean_dataclass
-from clusterkit.resilience.checkpoint_files import ChecksummedFile, VerifyingFile, lower_priority, shared_executor
+from clusterkit.resilience.checkpoint_files import (
+    ChecksummedFile,
+    SpooledChecksummedFile,
+    SpoolBuffers,
+    VerifyingFile,
+    lower_priority,
+    shared_executor,
+)
 from clusterkit.resilience.checksums import (
     ALGORITHMS,
     Checksum,
@@ -101,12 +108,13 @@ class _Topology:
 
 @lean_dataclass(frozen=True)
 class _TorchWrite:
-    """A shard in the page cache, waiting to be made durable and committed (or its error)."""
+    """A shard in the page cache or spooled in host buffers, waiting to be made durable and committed (or its
+    error)."""
 
     topology: _Topology
     directory: Path
     path: Path
-    sink: ChecksummedFile | None
+    sink: ChecksummedFile | SpooledChecksummedFile | None
     error: BaseException | None
 
 
@@ -150,6 +158,7 @@ class CheckpointManager:
         self._retention: Future[None] | None = None
         self._async_group: Any = None
         self._host_buffers: list[Any] = []
+        self._spool = SpoolBuffers()
         self._last_commit: Checkpoint | None = None
         self._verified: set[tuple[str, int, int]] = set()  # checkpoints retention has read back in full
 
@@ -173,10 +182,11 @@ class CheckpointManager:
         State on an accelerator is copied to host buffers (reused between calls while the state
         keeps its shapes; `pin_memory` makes them page-locked so device-to-host copies run
         asynchronously, CUDA only) and written in the background. State already in host memory
-        means training on the CPU, where a background copy would compete with the loop for memory
-        bandwidth: its bytes go into the page cache during the call (one copy, checksummed on the
-        way), and only the fsync, the commit and the retention follow in the background. The
-        background thread runs at a lower CPU priority than the caller.
+        is serialized during the call into host buffers kept from the previous save (one copy, no
+        page faults); the checksum, the writes (O_DIRECT where the file system takes it, so no
+        page-cache memory is taken from training), the fsync, the commit and the retention follow
+        in the background, on threads at a lower CPU priority than the caller. Either way, host
+        memory the size of this rank's state stays reserved for the next save until `close()`.
         """
         self.wait()
         group = self._process_group
@@ -190,7 +200,7 @@ class CheckpointManager:
             self._background = ThreadPoolExecutor(1, thread_name_prefix="clusterkit-checkpoint",
                                                   initializer=lower_priority)
         if _in_host_memory(state):
-            started = self._start_torch_write(step, state, group, _hash_pool())
+            started = self._start_torch_write(step, state, group, _hash_pool(background=True), spool=self._spool)
             if started.error is not None:
                 self._complete_torch_write(step, started)  # tells the peers, then raises the error here
             else:
@@ -213,6 +223,8 @@ class CheckpointManager:
             if self._background is not None:
                 self._background.shutdown()
                 self._background = None
+            self._spool.release()
+            self._host_buffers = []
 
     def save_dcp(self, step: int, state_dict: dict[str, Any]) -> Checkpoint | None:
         """Save with `torch.distributed.checkpoint` into a pending directory, then commit.
@@ -329,13 +341,15 @@ class CheckpointManager:
         started = self._start_torch_write(step, state, group, _hash_pool(background=background))
         return self._complete_torch_write(step, started)
 
-    def _start_torch_write(self, step: int, state: Any, group: Any, pool: Executor) -> _TorchWrite:
-        """This rank's shard written into the page cache (not yet durable), or the error."""
+    def _start_torch_write(self, step: int, state: Any, group: Any, pool: Executor,
+                           spool: SpoolBuffers | None = None) -> _TorchWrite:
+        """This rank's shard written into the page cache, or into `spool` (not yet durable), or the error."""
         topology = self._topology(group)
         directory = self._open_pending(step, topology)
         path = directory / _shard_name(topology.rank)
         try:
-            return _TorchWrite(topology, directory, path, _start_torch_file(state, path, self.checksum, pool), None)
+            sink = _start_torch_file(state, path, self.checksum, pool, spool)
+            return _TorchWrite(topology, directory, path, sink, None)
         except BaseException as exc:  # peers must still hear about it, or they wait forever
             path.unlink(missing_ok=True)
             return _TorchWrite(topology, directory, path, None, exc)
@@ -742,12 +756,15 @@ def _verify_files(checkpoint: Checkpoint, names: list[str], pool: ThreadPoolExec
 # ----- writing files ----------------------------------------------------------------------------
 
 
-def _start_torch_file(state: Any, path: Path, algorithm: ChecksumAlgorithm, pool: Executor) -> ChecksummedFile:
-    """torch.save `state` into `path`, checksummed on the way. The caller's memory is no longer
-    used when this returns; `finish()` the file to make it durable, then close it."""
+def _start_torch_file(state: Any, path: Path, algorithm: ChecksumAlgorithm, pool: Executor,
+                      spool: SpoolBuffers | None = None) -> ChecksummedFile | SpooledChecksummedFile:
+    """torch.save `state` into `path`, checksummed on the way (or into `spool`'s buffers, checksummed and written
+    by `finish()`). The caller's memory is no longer used when this returns; `finish()` the file to make it
+    durable, then close it."""
     import torch
 
-    sink = ChecksummedFile(path, algorithm, pool)
+    sink = ChecksummedFile(path, algorithm, pool) if spool is None else SpooledChecksummedFile(path, algorithm,
+                                                                                                pool, spool)
     try:
         with _torch_crc32_off():
             try:

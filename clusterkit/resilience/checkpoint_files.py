@@ -7,14 +7,22 @@ are copied into the page cache, and the disk starts writing a window as soon as 
 (`sync_file_range`), a few windows behind the writer, so the final fsync finds little left to do
 and dirty memory stays bounded.
 
+`SpooledChecksummedFile` is what a background save of state in host memory writes into: the call only
+copies the bytes into host buffers kept from the previous save, and `finish()` (on the background thread)
+hashes them and writes them with O_DIRECT, past the page cache, so the training loop pays neither for
+fresh page-cache memory nor for the kernel's copy.
+
 `VerifyingFile` is what `torch.load` reads from: each piece is hashed as its bytes arrive in the
 tensors' memory, so loading and verifying read the file once.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import functools
 import io
+import mmap
 import os
 import threading
 from collections import deque
@@ -30,6 +38,8 @@ WRITEBACK_WINDOW_BYTES = 16 << 20
 WRITEBACK_WINDOWS_AHEAD = 4  # dirty data per file stays below this many windows
 READ_BLOCK_BYTES = 64 << 10  # smaller reads (zip headers, tiny tensors) are served from one block read
 READ_AHEAD_BYTES = 64 << 20  # asked of the disk ahead of the reader, so it never waits on an idle disk
+SPOOL_CHUNK_BYTES = 16 << 20  # host buffers of a spooled file; O_DIRECT writes go out a chunk at a time
+DIRECT_IO_ALIGNMENT = 4096  # O_DIRECT: buffer address, file offset and length are multiples of this
 BACKGROUND_NICENESS = 10  # added to background threads' nice value: training threads come first
 
 _SYNC_FILE_RANGE_WAIT_BEFORE, _SYNC_FILE_RANGE_WRITE, _SYNC_FILE_RANGE_WAIT_AFTER = 1, 2, 4
@@ -209,6 +219,131 @@ class ChecksummedFile(io.RawIOBase):
         hashing, self._hashing = self._hashing, []
         for future in hashing:
             future.result()
+
+
+class SpoolBuffers:
+    """Page-aligned host buffers a checkpoint manager keeps between spooled saves: after the first save
+    their memory is the process's already, so copying a shard into them costs a memcpy, no page faults."""
+
+    def __init__(self) -> None:
+        self._free: list[mmap.mmap] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> mmap.mmap:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        return mmap.mmap(-1, SPOOL_CHUNK_BYTES)
+
+    def give_back(self, buffers: list[mmap.mmap]) -> None:
+        with self._lock:
+            self._free.extend(buffers)
+
+    def release(self) -> None:
+        with self._lock:
+            free, self._free = self._free, []
+        for buffer in free:
+            buffer.close()
+
+
+class SpooledChecksummedFile(io.RawIOBase):
+    """A write-only file whose bytes wait in `buffers` until `finish()` hashes them and writes them out.
+
+    Written with O_DIRECT where the file system takes it (tmpfs does not: then through the page cache);
+    the last chunk is padded to the alignment O_DIRECT needs and the file truncated to its size."""
+
+    def __init__(self, path: Path, algorithm: ChecksumAlgorithm, pool: Executor | None,
+                 buffers: SpoolBuffers) -> None:
+        super().__init__()
+        self.path = path
+        self._algorithm = algorithm
+        self._pool = pool
+        self._buffers = buffers
+        self._chunks: list[mmap.mmap] = []
+        self._filled = SPOOL_CHUNK_BYTES  # of the last chunk: full, so the first write takes one
+        self._size = 0
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        try:
+            self._fd = os.open(path, flags | getattr(os, "O_DIRECT", 0), 0o644)
+            self._direct = hasattr(os, "O_DIRECT")
+        except OSError as error:
+            if error.errno != errno.EINVAL:
+                raise
+            self._fd = os.open(path, flags, 0o644)
+            self._direct = False
+        self.error: BaseException | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        try:
+            view = memoryview(data).cast("B")
+            done = 0
+            while done < len(view):
+                if self._filled == SPOOL_CHUNK_BYTES:
+                    self._chunks.append(self._buffers.take())
+                    self._filled = 0
+                take = min(len(view) - done, SPOOL_CHUNK_BYTES - self._filled)
+                self._chunks[-1][self._filled : self._filled + take] = view[done : done + take]
+                self._filled += take
+                done += take
+            self._size += len(view)
+            return len(view)
+        except BaseException as exc:
+            self.error = self.error or exc
+            raise
+
+    def tell(self) -> int:
+        return self._size
+
+    def flush(self) -> None:
+        """torch.save calls this; the bytes reach the disk in `finish`."""
+
+    def finish(self) -> tuple[int, str]:
+        """Hash and write every chunk (the next one hashing while this one is written), then fsync."""
+        digest = StreamDigest(self._algorithm, self._pool)
+        offset = 0
+        for index, chunk in enumerate(self._chunks):
+            length = self._filled if index == len(self._chunks) - 1 else SPOOL_CHUNK_BYTES
+            view = memoryview(chunk)
+            hashing = digest.update(view[:length])
+            try:
+                self._write_at(view, length, offset)
+            finally:
+                for future in hashing:
+                    future.result()
+                view.release()
+            offset += length
+        if self._direct and offset % DIRECT_IO_ALIGNMENT:
+            os.ftruncate(self._fd, offset)  # the padding of the last chunk goes
+        os.fsync(self._fd)
+        return self._size, digest.hexdigest()
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                chunks, self._chunks = self._chunks, []
+                self._buffers.give_back(chunks)
+            finally:
+                os.close(self._fd)
+                super().close()
+
+    def _write_at(self, view: memoryview, length: int, offset: int) -> None:
+        end = -(-length // DIRECT_IO_ALIGNMENT) * DIRECT_IO_ALIGNMENT if self._direct else length
+        view[length:end] = bytes(end - length)  # zeros, in the chunk's spare room
+        written = 0
+        while written < end:
+            try:
+                written += os.pwrite(self._fd, view[written:end], offset + written)
+            except OSError as error:
+                if not (self._direct and error.errno == errno.EINVAL):
+                    raise
+                # The file system opened the file for O_DIRECT but refuses its writes: write through the
+                # page cache instead, and exactly `length` bytes.
+                fcntl.fcntl(self._fd, fcntl.F_SETFL, fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+                self._direct = False
+                end = length
 
 
 class VerifyingFile(io.RawIOBase):

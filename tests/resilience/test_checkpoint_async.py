@@ -30,6 +30,10 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     return request.param
 
 
+# What a save writes into: a file filled during the call, or host buffers written out in the background.
+SINKS = (checkpoint_files.ChecksummedFile, checkpoint_files.SpooledChecksummedFile)
+
+
 class GatedDurability:
     """Holds every file's fsync (the background part of either path) until the test opens the gate."""
 
@@ -39,7 +43,7 @@ class GatedDurability:
         self.active = 0
         self.most_active = 0
         self.lock = threading.Lock()
-        self.real = checkpoint_files.ChecksummedFile.finish
+        self.real = {kind: kind.finish for kind in SINKS}
 
     def finish(self, sink: checkpoint_files.ChecksummedFile) -> tuple[int, str]:
         with self.lock:
@@ -48,7 +52,7 @@ class GatedDurability:
         self.started.set()
         try:
             assert self.gate.wait(timeout=30)
-            return self.real(sink)
+            return self.real[type(sink)](sink)
         finally:
             with self.lock:
                 self.active -= 1
@@ -57,7 +61,8 @@ class GatedDurability:
 @pytest.fixture
 def gated(monkeypatch: pytest.MonkeyPatch) -> GatedDurability:
     gate = GatedDurability()
-    monkeypatch.setattr(checkpoint_files.ChecksummedFile, "finish", lambda sink: gate.finish(sink))
+    for kind in SINKS:
+        monkeypatch.setattr(kind, "finish", lambda sink: gate.finish(sink))
     return gate
 
 
@@ -80,15 +85,17 @@ def test_saved_state_is_the_state_at_call_time(tmp_path: Path, gated: GatedDurab
     assert loaded["step"] == 1
 
 
-def test_host_state_is_in_the_file_when_the_call_returns(tmp_path: Path, gated: GatedDurability) -> None:
+def test_host_state_is_in_host_buffers_when_the_call_returns(tmp_path: Path, gated: GatedDurability) -> None:
     manager = CheckpointManager(tmp_path)
-    manager.save_async(1, {"w": torch.ones(1_000_000)})
-    assert gated.started.wait(timeout=30)  # the background thread is at the fsync
+    weights = torch.ones(1_000_000)
+    manager.save_async(1, {"w": weights})
+    weights.zero_()  # serialized during the call: the training loop may change it at once
+    assert gated.started.wait(timeout=30)  # the background thread is about to write
     (pending,) = tmp_path.glob(".pending-step-00000001-*/rank-00000.pt")
-    assert pending.stat().st_size > 4_000_000  # every byte written, only not yet durable
-    assert manager.latest() is None  # nor committed
+    assert pending.stat().st_size == 0 and manager.latest() is None  # nothing written, nothing committed
     gated.gate.set()
     assert manager.wait().step == 1
+    assert torch.equal(manager.load()["w"], torch.ones(1_000_000))
     manager.close()
 
 
@@ -126,7 +133,8 @@ def test_background_error_surfaces_on_wait(tmp_path: Path, monkeypatch: pytest.M
     def disk_full(sink):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checkpoint_files.ChecksummedFile, "finish", disk_full)
+    for kind in SINKS:
+        monkeypatch.setattr(kind, "finish", disk_full)
     manager = CheckpointManager(tmp_path)
     manager.save_async(1, {"w": torch.ones(3)})
     with pytest.raises(ClusterkitError, match="no space left"):
@@ -142,7 +150,8 @@ def test_background_error_surfaces_on_next_call(tmp_path: Path, monkeypatch: pyt
         calls.append(sink.path)
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(checkpoint_files.ChecksummedFile, "finish", broken_disk)
+    for kind in SINKS:
+        monkeypatch.setattr(kind, "finish", broken_disk)
     manager = CheckpointManager(tmp_path)
     manager.save_async(1, {"w": torch.ones(3)})
     with pytest.raises(ClusterkitError, match="Input/output error"):
@@ -174,13 +183,14 @@ def test_only_state_entirely_in_host_memory_is_written_during_the_call() -> None
 def test_background_work_runs_below_the_training_loop_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                path: str) -> None:
     niceness = []
-    real = checkpoint_files.ChecksummedFile.finish
+    real = {kind: kind.finish for kind in SINKS}
 
     def noting_priority(sink):
         niceness.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
-        return real(sink)
+        return real[type(sink)](sink)
 
-    monkeypatch.setattr(checkpoint_files.ChecksummedFile, "finish", noting_priority)
+    for kind in SINKS:
+        monkeypatch.setattr(kind, "finish", noting_priority)
     manager = CheckpointManager(tmp_path)
     manager.save(1, {"w": torch.ones(3)})
     manager.save_async(2, {"w": torch.ones(3)})
