@@ -160,7 +160,8 @@ class CheckpointManager:
         self._host_buffers: list[Any] = []
         self._spool = SpoolBuffers()
         self._last_commit: Checkpoint | None = None
-        self._verified: set[tuple[str, int, int]] = set()  # checkpoints retention has read back in full
+        # Checkpoints known whole, by the identity of their files: committed here, or read back in full.
+        self._verified: set[tuple[Any, ...]] = set()
 
     # ----- saving -------------------------------------------------------------------------------
 
@@ -518,6 +519,8 @@ class CheckpointManager:
             _discard(final)
         os.rename(directory, final)
         _fsync_dir(self.root)
+        # Its digests came from the bytes as they were written, each file fsynced: whole unless changed since.
+        self._verified.add(_identity(final, files))
         try:
             _replace_durably(self.root / LATEST_POINTER, f"{final.name}\n".encode())
         except OSError as exc:  # committed already; latest() does not depend on the pointer
@@ -528,8 +531,10 @@ class CheckpointManager:
 
     def _remove_old(self, committed_step: int) -> None:
         """Keep the one just committed and the newest others up to `keep` in all that verify byte for
-        byte (a damaged checkpoint of the right size must not take the place of an older good one);
-        drop the rest, and what crashed deletions left. Runs after the commit on a background thread:
+        byte (a damaged checkpoint of the right size must not take the place of an older good one):
+        those this manager committed whose files are unchanged since (same inode, size, modification
+        and change times), and any other once read back in full. Drop the rest, and what crashed
+        deletions left. Runs after the commit on a background thread:
         neither reading back nor deleting is on the save's path, and the next save writes meanwhile
         (it waits at its commit)."""
         try:
@@ -558,26 +563,23 @@ class CheckpointManager:
             log.warning("could not remove crashed saves under %s: %s", self.root, exc)
 
     def _verifies_in_full(self, path: Path) -> bool:
-        """Whether the checkpoint at `path` checks out byte for byte. Each is read back once per
-        manager (at low priority), the save after its own: from then on its manifest's identity
-        stands for it."""
-        try:
-            manifest = (path / MANIFEST).stat()
-        except OSError:
-            return False
-        identity = (path.name, manifest.st_ino, manifest.st_mtime_ns)
-        if identity in self._verified:
-            return True
+        """Whether the checkpoint at `path` checks out byte for byte: one this manager committed, or read
+        back once (at low priority); from then on the identity of its files stands for it, so a file
+        changed since (a write, a truncation, a replacement) is read back again."""
         checkpoint, problem = verify_checkpoint(path, "size")
+        identity = _identity(path, checkpoint.manifest["files"]) if checkpoint is not None else None
+        if identity is not None and identity in self._verified:
+            return True
         if checkpoint is not None:
             try:
                 _verify_files(checkpoint, list(checkpoint.manifest["files"]), _hash_pool(background=True))
             except DamagedCheckpoint as damaged:
                 checkpoint, problem = None, damaged.message
-        if checkpoint is None:
-            log.warning("removing checkpoint %s: %s", path, problem)
+        if checkpoint is None or identity is None:
+            log.warning("removing checkpoint %s: %s", path, problem or "a file of it is missing")
             return False
-        self._verified.add(identity)
+        if _identity(path, checkpoint.manifest["files"]) == identity:  # unchanged while it was read
+            self._verified.add(identity)
         return True
 
     def _wait_for_retention(self) -> None:
@@ -736,6 +738,20 @@ def verify_checkpoint(path: Path, mode: Verify = "full") -> tuple[Checkpoint | N
         except DamagedCheckpoint as damaged:
             return None, damaged.message
     return checkpoint, ""
+
+
+def _identity(path: Path, files: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What stands for a checkpoint whose bytes were checked: its files' inodes, sizes and modification
+    and change times (any write, truncation or replacement changes one), or None if one is missing."""
+    try:
+        return (path.name, *((name, *_stat_identity(path / name)) for name in (MANIFEST, *sorted(files))))
+    except OSError:
+        return None
+
+
+def _stat_identity(path: Path) -> tuple[int, int, int, int]:
+    found = path.stat()
+    return found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns
 
 
 def _algorithm_of(manifest: dict[str, Any]) -> ChecksumAlgorithm:

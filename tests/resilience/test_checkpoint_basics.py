@@ -134,7 +134,8 @@ def test_a_damaged_checkpoint_of_the_right_size_is_not_one_of_the_kept(tmp_path:
         assert_state_is(manager.load(verify_checkpoint(tmp_path / f"step-{step:08d}")[0]), step)
 
 
-def test_retention_reads_each_kept_checkpoint_back_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_retention_reads_back_what_it_did_not_commit_or_what_changed_once(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     read_back = []
     verify_files = checkpoint_module._verify_files
 
@@ -147,8 +148,20 @@ def test_retention_reads_each_kept_checkpoint_back_once(tmp_path: Path, monkeypa
     for step in range(1, 6):
         manager.save(step, state_for(step, floats=10))
     manager.close()
-    assert read_back == [1, 2, 3, 4]  # each one by the save after it, never again
+    assert read_back == []  # its own, unchanged since their commit: their digests came from the bytes written
     assert step_dirs(tmp_path) == ["step-00000004", "step-00000005"]
+
+    restarted = CheckpointManager(tmp_path, keep=2)  # a new process finds step 5 on disk
+    for step in (6, 7):
+        restarted.save(step, state_for(step, floats=10))
+    restarted.close()
+    assert read_back == [5]  # read back once, before it could stand for the kept
+
+    shard = tmp_path / "step-00000007" / "rank-00000.pt"
+    os.utime(shard)  # touched: perhaps written; its identity no longer stands for it
+    restarted.save(8, state_for(8, floats=10))
+    restarted.close()
+    assert read_back == [5, 7] and step_dirs(tmp_path) == ["step-00000007", "step-00000008"]
 
 
 def test_pointer_missing_stale_or_garbage_does_not_matter(tmp_path: Path) -> None:
@@ -304,11 +317,13 @@ def test_a_save_writes_while_the_previous_checkpoint_is_read_back(tmp_path: Path
         verify_files(checkpoint, names, pool)
 
     monkeypatch.setattr(checkpoint_module, "_verify_files", slow_read_back)
-    manager = CheckpointManager(tmp_path, keep=2)
-    manager.save(1, state_for(1))
+    earlier = CheckpointManager(tmp_path, keep=2)
+    earlier.save(1, state_for(1))
+    earlier.close()
+    manager = CheckpointManager(tmp_path, keep=2)  # restarted: step 1 is not one it committed
     manager.save(2, state_for(2))
     assert reading.wait(timeout=30)  # step 1 is being read back
-    manager.save_async(3, state_for(3))  # state in host memory: written during the call
+    manager.save_async(3, state_for(3))  # state in host memory: serialized during the call, then written
     assert list(tmp_path.glob(".pending-step-00000003-*/rank-00000.pt"))
     assert manager.latest().step == 2  # the commit waits for the read-back
     release.set()
