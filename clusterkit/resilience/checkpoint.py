@@ -520,7 +520,9 @@ class CheckpointManager:
         os.rename(directory, final)
         _fsync_dir(self.root)
         # Its digests came from the bytes as they were written, each file fsynced: whole unless changed since.
-        self._verified.add(_identity(final, files))
+        identity = _identity(final, files)
+        if identity is not None:
+            self._verified.add(identity)
         try:
             _replace_durably(self.root / LATEST_POINTER, f"{final.name}\n".encode())
         except OSError as exc:  # committed already; latest() does not depend on the pointer
