@@ -2,22 +2,24 @@
 # A recording stand-in for docker that behaves like it where the job scripts depend on it: a container
 # is a process *outside* the task's process tree (as containerd's are), so it outlives a killed
 # `docker run` client; `--rm` removes it when it exits; a name in use is refused; `rm --force`,
-# `kill --signal`, `ps --all --quiet --filter label=...` work on names. State: $FAKE_DOCKER_STATE,
-# one directory per container (pid, node, user, label); every call is appended to calls.log.
+# `kill --signal`, `ps --all --quiet --filter label=...` work on names. As with docker, `--rm` is the
+# daemon's work: the container goes when its program ends, even if the client was killed first.
+# State: $FAKE_DOCKER_STATE, one directory per container (pid, node, user, label), exit statuses by
+# container pid in exits/; every call is appended to calls.log.
 set -u
 state=${FAKE_DOCKER_STATE:?}
-mkdir -p "$state/containers"
+mkdir -p "$state/containers" "$state/exits"
 printf '%s %s\n' "${SLURMD_NODENAME:-?}" "$*" >> "$state/calls.log"
 
 container_pid() { cat "$state/containers/$1/pid" 2>/dev/null; }
 
-remove() {  # remove NAME: kill what runs in it, forget it
-  local pid
-  [[ -d $state/containers/$1 ]] || return 1
+remove() {  # remove NAME: kill what runs in it, forget it (once: whoever moves it away first)
+  local pid gone=$state/removing-$1-$$
   pid=$(container_pid "$1")
-  if [[ -n $pid ]]; then kill -KILL -- "-$pid" 2>/dev/null; fi
-  rm -rf "${state:?}/containers/$1"
+  mv "$state/containers/$1" "$gone" 2>/dev/null || return 1
   printf 'removed %s\n' "$1" >> "$state/events.log"
+  rm -rf "${gone:?}"
+  if [[ -n $pid ]]; then kill -KILL -- "-$pid" 2>/dev/null; fi
 }
 
 command=$1
@@ -49,22 +51,24 @@ case $command in
     printf 'started %s on %s as %s\n' "$name" "${SLURMD_NODENAME:-?}" "$user" >> "$state/events.log"
     # The container: its own session, re-parented away from this client (double fork), with signals as
     # a fresh process has them (not as the client inherited them), and an init that passes
-    # TERM/USR1/USR2 on to the program.
-    (env --default-signal setsid bash -c '
-      echo $$ > "$1/pid"; shift
+    # TERM/USR1/USR2 on to the program and, with --rm, removes the container when the program ends.
+    (env --default-signal setsid bash -c "$(declare -f container_pid remove)"'
+      state=$1 name=$2 rm=$3; shift 3
+      echo $$ > "$state/containers/$name/pid"
       for sig in TERM USR1 USR2; do trap "kill -$sig \$child 2>/dev/null" "$sig"; done
       "$@" &
       child=$!
       while kill -0 "$child" 2>/dev/null; do wait "$child"; status=$?; done
-      echo "$status" > "$(dirname "$0")/exit"
-    ' "$dir/init" "$dir" "$@" </dev/null >>"$dir/output" 2>&1 &)
+      echo "$status" > "$state/exits/$$"
+      if [[ -n $rm ]]; then remove "$name"; fi
+    ' init "$state" "$name" "$rm" "$@" </dev/null >>"$dir/output" 2>&1 &)
     until [[ -s $dir/pid ]]; do sleep 0.05; done
     pid=$(container_pid "$name")
     # The container's output as it comes (as docker's attached client shows it), kept if it is removed.
     tail --lines=+1 --follow --pid="$pid" "$dir/output" 2>/dev/null &
     tailer=$!
     while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
-    status=$(cat "$dir/exit" 2>/dev/null || echo 137)
+    status=$(cat "$state/exits/$pid" 2>/dev/null || echo 137)
     wait "$tailer"
     if [[ -n $rm && -d $dir ]]; then remove "$name"; fi
     exit "$status"
