@@ -96,7 +96,9 @@ def test_host_state_is_in_host_buffers_when_the_call_returns(tmp_path: Path, gat
     gated.gate.set()
     assert manager.wait().step == 1
     assert torch.equal(manager.load()["w"], torch.ones(1_000_000))
+    assert manager._spool._free  # kept for the next save...
     manager.close()
+    assert not manager._spool._free  # ...until close()
 
 
 def test_at_most_one_save_in_flight(tmp_path: Path, gated: GatedDurability, path: str) -> None:
