@@ -33,6 +33,7 @@ case $command in
         --user) user=$2; shift 2 ;;
         --label) label=$2; shift 2 ;;
         --rm) rm=1; shift ;;
+        --) shift; break ;;  # the end of options: the image follows
         --network|--ipc|--ulimit|--gpus|--device|--volume|--workdir|--env|-e|-v|-w) shift 2 ;;
         *) shift ;;
       esac

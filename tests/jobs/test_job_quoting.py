@@ -113,6 +113,19 @@ def test_values_reach_the_program_byte_for_byte(fake_slurm: FakeSlurm, runtime: 
         assert call.env == "\n".join(values)
 
 
+@pytest.mark.parametrize("runtime", ["docker", "apptainer"])
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_the_image_follows_the_end_of_options(fake_slurm: FakeSlurm, runtime: str, launcher: str) -> None:
+    # Defence in depth behind the image rule: whatever the image is, the runtime cannot read it as an option.
+    script = render_sbatch(nasty_spec(fake_slurm.root / "pwned", runtime, launcher))
+    assert fake_slurm.run(script, extra_env={"SLURM_RESTART_COUNT": "0"}).returncode == 0
+    calls = [call for call in fake_slurm.calls(runtime) if call.argv[0] in ("run", "exec")]
+    assert calls
+    for call in calls:
+        image_at = call.argv.index("registry.example.com/train:1")
+        assert call.argv[image_at - 1] == "--", call.argv
+
+
 def test_job_name_survives_sbatch_parsing(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     spec = nasty_spec(marker, "none", "torchrun")
@@ -142,12 +155,27 @@ def test_rendezvous_host_comes_from_the_steps_node_list(fake_slurm: FakeSlurm) -
     assert result.returncode == 0, result.stderr
     (torchrun,) = fake_slurm.calls("torchrun")
     port = rendezvous_port(42)  # job 42 of a cluster without a name
-    assert torchrun.argv[:5] == ["--nnodes=2", "--nproc_per_node=1", "--rdzv_id=42", "--rdzv_backend=c10d",
+    assert torchrun.argv[:5] == ["--nnodes=2", "--nproc_per_node=1", "--rdzv_id=slurm-42", "--rdzv_backend=c10d",
                                  f"--rdzv_endpoint=node-7:{port}"]
     (scontrol,) = [call for call in fake_slurm.calls("scontrol") if call.argv[:2] == ["show", "hostnames"]]
     assert scontrol.argv == ["show", "hostnames", "node-[7-8]"]
     (srun,) = fake_slurm.calls("srun")
     assert "--ntasks-per-node=1" in srun.argv
+
+
+def test_jobs_of_two_clusters_whose_ports_meet_never_share_a_rendezvous(fake_slurm: FakeSlurm) -> None:
+    # Job 42 of dev-aaa and job 42 of dev-mpd get the same port: their rendezvous ids must differ.
+    assert rendezvous_port(42, "dev-aaa") == rendezvous_port(42, "dev-mpd")
+    script = render_sbatch(make_spec(nodes=2, launcher="torchrun"))
+    seen = {}
+    for cluster in ("dev-aaa", "dev-mpd", "odd name/x$(y)"):
+        for old in fake_slurm.log.iterdir():
+            old.unlink()
+        assert fake_slurm.run(script, extra_env={"SLURM_CLUSTER_NAME": cluster}).returncode == 0
+        (torchrun,) = fake_slurm.calls("torchrun")
+        seen[cluster] = next(word for word in torchrun.argv if word.startswith("--rdzv_id="))
+    assert seen == {"dev-aaa": "--rdzv_id=dev-aaa-42", "dev-mpd": "--rdzv_id=dev-mpd-42",
+                    "odd name/x$(y)": "--rdzv_id=odd_name_x__y_-42"}
 
 
 @pytest.mark.parametrize(("nodelist", "first"), [
