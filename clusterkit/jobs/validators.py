@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from clusterkit.findings import Finding, Level, similar_names
+from clusterkit.findings import Finding, Level, shorten, similar_names
 from clusterkit.jobs.spec import (CPU_INSTANCE, DEFAULT_NEURON_CACHE_DIR, DEFAULT_OUTPUT, LAUNCHERS, RUNTIMES,
                                   WARNING_SIGNALS, JobSpec, parse_warning)
 from clusterkit.registry import CLUSTER_NAME_RE
@@ -56,6 +56,32 @@ CPU_BIND_RE = re.compile(r"(?:(?:quiet|verbose),)?(?:none|rank|sockets|cores|thr
 # An image in Amazon ECR: docker on the nodes must log in to its registry first.
 ECR_IMAGE_RE = re.compile(r"(?P<host>\d{12}\.dkr\.ecr\.(?P<region>[a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com(?:\.cn)?)"
                           r"/[a-z0-9][a-z0-9._/-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})?")
+# Image references each runtime takes (a leading '-' is refused before these: it would be an option). Text,
+# compiled by `re` (and cached) when a spec has an image: not at every CLI start.
+# docker: distribution's reference grammar, [HOST[:PORT]/]PATH[:TAG][@DIGEST].
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST = rf"{_LABEL}(?:\.{_LABEL})*(?::\d+)?"
+# The first component is a registry only with a '.' or a port, or as localhost (else it is the path's).
+_REGISTRY = rf"(?:{_LABEL}(?:\.{_LABEL})+(?::\d+)?|{_LABEL}:\d+|localhost)"
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+_TAG_AND_DIGEST = (r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+                   r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
+# pyxis: a squashfs file (a path from '/' or '.'), or enroot's [SCHEME://][USER@][REGISTRY#]IMAGE[:TAG].
+_ENROOT_USER = r"[A-Za-z0-9_.!~*'()%;:&=+$,-]+"
+IMAGE_REFERENCE_PATTERNS = {
+    "docker": rf"(?:{_REGISTRY}/)?{_PATH}{_TAG_AND_DIGEST}",
+    "pyxis": (rf"\.{{0,2}}/\S*|(?:(?:docker|dockerd|podman)://)?(?:{_ENROOT_USER}@)?(?:{_HOST}#)?"
+              rf"[a-z0-9][a-z0-9._/-]*{_TAG_AND_DIGEST}"),
+    # apptainer: a URI of a source it knows, else a path (a SIF file or a sandbox directory).
+    "apptainer": (r"(?:docker|docker-archive|docker-daemon|library|oras|shub|oci|oci-archive|http|https)://"
+                  r"[A-Za-z0-9/.]\S*|(?:docker-archive|docker-daemon|oci|oci-archive):[A-Za-z0-9/.]\S*"
+                  r"|(?![A-Za-z][A-Za-z0-9+.-]*:)\S+"),
+}
+IMAGE_HINTS = {
+    "docker": "write a docker reference such as registry.example.com/team/train:1.0 (lowercase repository)",
+    "pyxis": "write /fsx/images/NAME.sqsh, or an enroot reference such as nvcr.io#nvidia/pytorch:24.01-py3",
+    "apptainer": "write a path such as /fsx/images/train.sif, or a URI such as docker://registry.example.com/train:1",
+}
 # Control characters (C0, DEL, C1) and the Unicode line and paragraph separators: no single-line
 # field may hold one (a line break ends an #SBATCH line or a comment, and Slurm's and Python's line
 # readers split on more than "\n").
@@ -327,6 +353,9 @@ def container(spec: JobSpec) -> Iterator[Finding]:
                      "name an image (registry reference) or a .sqsh file on shared storage")
     elif CONTROL_RE.search(image) or " " in image:
         yield _error("container.image", "contains spaces or control characters", "check the image reference", image)
+    elif image.startswith("-"):
+        yield _error("container.image", f"{shorten(image)!r} starts with '-': {container.runtime} would take it "
+                     "for an option", IMAGE_HINTS[container.runtime], image)
     elif image.endswith(".sqsh"):
         if container.runtime != "pyxis":
             yield _error("container.image", f"a .sqsh file is an enroot image; {container.runtime} cannot run it",
@@ -334,6 +363,9 @@ def container(spec: JobSpec) -> Iterator[Finding]:
         elif not image.startswith("/"):
             yield _error("container.image", "a .sqsh path must be absolute (on storage every node sees)",
                          "e.g. /fsx/images/train.sqsh", image)
+    elif not re.fullmatch(IMAGE_REFERENCE_PATTERNS[container.runtime], image):
+        yield _error("container.image", f"{shorten(image)!r} is not an image reference {container.runtime} takes",
+                     IMAGE_HINTS[container.runtime], image)
     workdir = container.workdir or spec.workdir
     if workdir and not workdir.startswith("/"):
         yield _error("container.workdir" if container.workdir else "workdir",

@@ -79,3 +79,15 @@ def test_a_name_that_would_move_the_log_is_refused_before_anything_runs(tmp_path
     result = clusterkit("submit", str(spec), "--dry-run", home=tmp_path / "home")
     assert result.returncode == 1 and result.stdout == ""
     assert "error: name: the log path uses the job name (%x)" in result.stderr
+
+
+@pytest.mark.parametrize(("runtime", "image"), [("docker", "--privileged"), ("apptainer", "--fakeroot"),
+                                                ("docker", "Team/Train")])
+def test_an_image_the_runtime_would_misread_is_refused_in_one_line(tmp_path: Path, runtime: str,
+                                                                    image: str) -> None:
+    spec = write(tmp_path, f"name: j\ncommand: [train.py]\ncontainer: {{runtime: {runtime}, image: '{image}'}}\n")
+    result = clusterkit("submit", str(spec), "--dry-run", home=tmp_path / "home")
+    assert result.returncode == 1 and result.stdout == ""
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: container.image: ") and image in line and "write " in line
+    assert "Traceback" not in result.stderr

@@ -239,6 +239,16 @@ def test_not_a_mapping_and_bad_yaml(tmp_path: Path) -> None:
      Level.WARNING),
     ({"launcher": {"type": "mpi", "cpu_bind": "none; id"}}, "launcher.cpu_bind", Level.ERROR),
     ({"launcher": {"type": "torchrun", "port": 80}}, "launcher.port", Level.ERROR),
+    # an image the runtime would read as an option, or that is no reference it takes
+    ({"container": {"runtime": "docker", "image": "--privileged"}}, "container.image", Level.ERROR),
+    ({"container": {"runtime": "apptainer", "image": "--fakeroot"}}, "container.image", Level.ERROR),
+    ({"container": {"runtime": "pyxis", "image": "-x.sqsh"}}, "container.image", Level.ERROR),
+    ({"container": {"runtime": "docker", "image": "Team/Train:1"}}, "container.image", Level.ERROR),
+    ({"container": {"runtime": "docker", "image": "x:1;id"}}, "container.image", Level.ERROR),
+    ({"container": {"runtime": "docker", "image": "$(id)"}}, "container.image", Level.ERROR),
+    ({"container": {"runtime": "pyxis", "image": "nvcr.io#-x"}}, "container.image", Level.ERROR),
+    ({"container": {"runtime": "apptainer", "image": "docker://-x"}}, "container.image", Level.ERROR),
+    ({"container": {"runtime": "apptainer", "image": "ubuntu:22.04"}}, "container.image", Level.ERROR),
 ])
 def test_validation_findings(fields: dict, path: str, level: Level) -> None:
     findings = validate_job(make_spec(**fields))
@@ -257,6 +267,12 @@ def test_validation_findings(fields: dict, path: str, level: Level) -> None:
     {"container": {"runtime": "apptainer", "image": "/fsx/i.sif"}, "workdir": "/home/me/w"},  # apptainer binds home
     {"container": {"runtime": "docker", "image": "x:1"}, "workdir": "/workspace", "command": ["/opt/app/run"]},
     {"env": {"PATH": "/opt/venv/bin:/usr/bin"}},
+    *({"container": {"runtime": runtime, "image": image}} for runtime, image in [
+        ("docker", "localhost:5000/team/train_v2__x:1.0-rc"), ("docker", "ubuntu@sha256:" + "a" * 64),
+        ("docker", "nvcr.io/nvidia/pytorch:24.01-py3"), ("pyxis", "nvcr.io#nvidia/pytorch:24.01-py3"),
+        ("pyxis", "$oauthtoken@nvcr.io#nvidia/pytorch:24.01-py3"), ("pyxis", "docker://ubuntu:22.04"),
+        ("apptainer", "library://alpine:3"), ("apptainer", "oras://ghcr.io/team/train:1"),
+        ("apptainer", "docker-archive:train.tar"), ("apptainer", "images/train.sif")]),
 ])
 def test_what_is_fine_stays_fine(fields: dict) -> None:
     assert [str(f) for f in validate_job(make_spec(**fields)) if f.level is not Level.INFO
