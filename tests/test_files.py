@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.errors import ClusterkitError
-from clusterkit.files import write_atomically, write_user_file
+from clusterkit.files import write_atomically, write_user_file, write_user_files
 
 
 def test_a_write_replaces_the_file_whole_privately_and_leaves_nothing_else(tmp_path: Path) -> None:
@@ -48,3 +48,14 @@ def test_refusals_name_the_path_and_write_nothing(tmp_path: Path) -> None:
     with pytest.raises(ClusterkitError, match="a FIFO"):
         write_user_file(fifo, "x")
     assert stat.S_ISFIFO(fifo.stat().st_mode) and sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
+
+
+def test_several_files_are_written_all_or_none(tmp_path: Path) -> None:
+    first = tmp_path / "config.yaml"
+    first.write_text("old\n")
+    with pytest.raises(ClusterkitError, match="does not exist"):
+        write_user_files([(first, "new\n"), (tmp_path / "missing" / "template.yaml", "new\n")])
+    assert first.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
+    write_user_files([(first, "new\n"), (tmp_path / "template.yaml", "template\n")])
+    assert first.read_text() == "new\n" and (tmp_path / "template.yaml").read_text() == "template\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "template.yaml"]

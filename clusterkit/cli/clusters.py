@@ -11,8 +11,9 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from clusterkit.cli.output import print_findings, print_json, print_table, progress
+from clusterkit.cli.output import JSON_ON_STDOUT, print_findings, print_json, print_table, progress, write_stdout
 from clusterkit.errors import ClusterkitError
+from clusterkit.files import STDOUT, check_outputs, write_user_files
 
 if TYPE_CHECKING:
     from clusterkit.cluster.plan import ClusterPlan
@@ -126,14 +127,15 @@ def create_cluster(args: argparse.Namespace) -> int:
         custom_ami=args.custom_ami, identity_file=args.identity_file, nodes=args.nodes,
         cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node, ssh=args.ssh)
     provider = provider_named(request.provider_name)
-    if args.output_config and request.provider_name != "aws":
+    if args.output_config is not None and request.provider_name != "aws":
         raise ClusterkitError("--output-config writes a ParallelCluster config; a local cluster has none",
                               fix="drop --output-config, or use --provider aws")
-    if args.output_prerequisites and not (args.dry_run or args.account_dry_run):
+    if args.output_prerequisites is not None and not (args.dry_run or args.account_dry_run):
         raise ClusterkitError("--output-prerequisites writes the template of a dry run",
                               fix="add --dry-run (offline) or --account-dry-run")
     if args.dry_run and args.account_dry_run:
         raise ClusterkitError("--dry-run stays offline; --account-dry-run asks the account", fix="choose one")
+    _check_outputs(args, request.provider_name)
     plan = provider.plan(request)
     if args.dry_run:
         return _print_plan(plan, args)
@@ -146,7 +148,7 @@ def create_cluster(args: argparse.Namespace) -> int:
         return _print_plan(plan, args)
     if not plan.ok:
         return _refuse(plan, args, "AWS or ParallelCluster refused the cluster: nothing was created")
-    _write_output_config(plan, args)
+    on_stdout = _write_outputs(_outputs(plan, args, with_template=False))
     if args.output == "table":
         print_findings([f for f in plan.findings if f.level.value != "info"], sys.stderr)
         for key, value in plan.details.get("chosen", {}).items():
@@ -157,51 +159,67 @@ def create_cluster(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json({**info.to_dict(), "seconds": seconds, "plan": plan.to_dict()})
     else:
-        print(f"cluster {info.name!r} is {info.status}" + (f" {info.where}" if info.where else "") + f" ({seconds} s)")
+        print(f"cluster {info.name!r} is {info.status}" + (f" {info.where}" if info.where else "") + f" ({seconds} s)",
+              file=sys.stderr if on_stdout else sys.stdout)
     return 0
 
 
-def _write_output_config(plan: ClusterPlan, args: argparse.Namespace) -> None:
-    if args.output_config and plan.config_text is not None:
-        from clusterkit.files import write_user_file
+def _check_outputs(args: argparse.Namespace, provider: str) -> None:
+    """Before any work: the output paths neither overwrite the spec or key this command reads, nor each
+    other; `-` is stdout where stdout is free."""
+    if args.output == "json":
+        busy = JSON_ON_STDOUT
+    elif (args.dry_run or args.account_dry_run) and provider == "aws" and args.output_config is None:
+        busy = "stdout carries the dry run's config, unless --output-config names a file"
+    else:
+        busy = None
+    check_outputs([("--output-config", args.output_config), ("--output-prerequisites", args.output_prerequisites)],
+                  [("--file", args.file), ("--identity-file", args.identity_file)], stdout_busy=busy)
 
-        write_user_file(args.output_config, plan.config_text)
+
+def _outputs(plan: ClusterPlan, args: argparse.Namespace, *, with_template: bool) -> list[tuple[str, str]]:
+    """(path, text) of each output the user named: the config and, from a dry run, the prerequisites template."""
+    outputs = []
+    if args.output_config is not None and plan.config_text is not None:
+        outputs.append((args.output_config, plan.config_text))
+    if with_template and args.output_prerequisites is not None:
+        template = (plan.details.get("prerequisites") or {}).get("template")
+        if template is None:
+            raise ClusterkitError("this cluster needs no prerequisites stack (its spec names its network and has no "
+                                  "accounting database to create)", fix="drop --output-prerequisites")
+        outputs.append((args.output_prerequisites, template))
+    return outputs
 
 
-def _write_output_prerequisites(plan: ClusterPlan, args: argparse.Namespace) -> str | None:
-    template = (plan.details.get("prerequisites") or {}).get("template")
-    if not args.output_prerequisites:
-        return None
-    if template is None:
-        raise ClusterkitError("this cluster needs no prerequisites stack (its spec names its network and has no "
-                              "accounting database to create)", fix="drop --output-prerequisites")
-    from clusterkit.files import write_user_file
-
-    write_user_file(args.output_prerequisites, template)
-    return args.output_prerequisites
+def _write_outputs(outputs: list[tuple[str, str]]) -> bool:
+    """Write the named files, all or none, then the output named `-` to stdout; whether one went there."""
+    write_user_files([(path, text) for path, text in outputs if path != STDOUT])
+    for path, text in outputs:
+        if path == STDOUT:
+            write_stdout(text)
+            return True
+    return False
 
 
 def _print_plan(plan: ClusterPlan, args: argparse.Namespace) -> int:
     """A dry run (offline, or against the account): the plan, and (with --output-config, --output-prerequisites)
     the config and the prerequisites template, written only when the plan is ok."""
-    template_file = None
-    if plan.ok:
-        _write_output_config(plan, args)
-        template_file = _write_output_prerequisites(plan, args)
+    outputs = _outputs(plan, args, with_template=True) if plan.ok else []
+    on_stdout = _write_outputs(outputs)
     if args.output == "json":
         print_json({**plan.to_dict(), "config_file": args.output_config if plan.ok else None,
-                    "prerequisites_file": template_file})
+                    "prerequisites_file": args.output_prerequisites if plan.ok else None})
         return 0 if plan.ok else 1
     if not plan.ok:
         print_findings(plan.findings, sys.stderr)
         print("nothing would be created: fix the errors above", file=sys.stderr)
         return 1
     # What a dry run produces goes to stdout (a config can be piped); the rest to stderr, then.
-    report = sys.stdout
-    if plan.config_text is not None and not args.output_config:
-        sys.stdout.write(plan.config_text)
-        report = sys.stderr
-    elif plan.config_text is None:
+    if plan.config_text is not None and args.output_config is None:
+        write_stdout(plan.config_text)
+        on_stdout = True
+    report = sys.stderr if on_stdout else sys.stdout
+    if plan.config_text is None:
         print(f"# would create {plan.provider} cluster {plan.name!r}" +
               (f" in {plan.details['directory']}" if "directory" in plan.details else ""), file=report)
         for path, text in plan.files.items():
@@ -212,10 +230,9 @@ def _print_plan(plan: ClusterPlan, args: argparse.Namespace) -> int:
     print("\n# what it would do:", file=report)
     for action in plan.actions:
         print(action, file=report)
-    if args.output_config:
-        print(f"wrote {args.output_config}", file=report)
-    if template_file:
-        print(f"wrote {template_file}", file=report)
+    for path, _ in outputs:
+        if path != STDOUT:
+            print(f"wrote {path}", file=report)
     if args.account_dry_run:
         print(f"account dry run: nothing was created in {plan.details.get('region')}", file=report)
     return 0

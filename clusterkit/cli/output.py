@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
+
+from clusterkit.files import STDOUT, cannot_write
 
 if TYPE_CHECKING:
     from clusterkit.findings import Finding
@@ -30,6 +33,23 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 def progress(message: str) -> None:
     """Progress for people goes to stderr so that stdout stays clean for --output json."""
     print(message, file=sys.stderr, flush=True)
+
+
+JSON_ON_STDOUT = "stdout carries the --output json document"  # why an output file may not be `-` then
+
+
+def write_stdout(text: str) -> None:
+    """A file's text on stdout (its flag was `-`, or the verb prints it by default). A stdout that cannot
+    take it (a full disk, /dev/full) is one line naming stdout, instead of a traceback at exit."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # `| head`: the CLI's edge treats it as the reader's choice
+    except OSError as error:
+        # What is still buffered would fail again in the interpreter's last flush: let it go nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise cannot_write(STDOUT, error) from None
 
 
 def print_findings(findings: Iterable[Finding], stream: TextIO) -> None:

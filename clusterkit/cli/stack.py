@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
 
-from clusterkit.cli.output import print_json, print_table, progress
+from clusterkit.cli.output import JSON_ON_STDOUT, print_json, print_table, progress, write_stdout
 from clusterkit.errors import ClusterkitError
+from clusterkit.files import STDOUT, check_outputs, probe_writable, write_user_file
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -89,19 +89,18 @@ def render_dockerfile(args: argparse.Namespace) -> int:
         "neuron_runtime", "neuron_collectives", "neuron_tools", "neuronx_cc", "torch_neuronx", "neuronx_distributed")}
     options = RecipeOptions(accelerator=args.accelerator, base=args.base, instance=args.instance, region=args.region,
                             **versions)
+    check_outputs([("--output-file", args.output_file)], stdout_busy=JSON_ON_STDOUT if args.output == "json" else None)
     for finding in check_recipe(options):
         if finding.level.value != "error":
             progress(str(finding))
     text = render(options)  # raises on errors: nothing is written
-    if args.output_file:
-        from clusterkit.files import write_user_file
-
+    if args.output_file not in (None, STDOUT):
         write_user_file(args.output_file, text)
         progress(f"wrote {args.output_file}")
     elif args.output == "json":
         print_json({"accelerator": args.accelerator, "base": args.base, "dockerfile": text})
     else:
-        sys.stdout.write(text)
+        write_stdout(text)
     return 0
 
 
@@ -109,10 +108,11 @@ def import_image(args: argparse.Namespace) -> int:
     from clusterkit.stack.images import enroot_import_command
     from clusterkit.stack.images import import_image as run_import
 
-    command = enroot_import_command(args.image, args.output)
+    command = enroot_import_command(args.image, args.output)  # an --output of "" or - is no .sqsh file: refused
     if args.dry_run:
         print(shlex.join(command))
         return 0
+    probe_writable(args.output)  # enroot's own failure would come after pulling and converting the image
     run_import(args.image, args.output)
     progress(f"wrote {args.output}")
     return 0
