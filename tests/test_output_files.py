@@ -153,7 +153,8 @@ def test_dash_is_refused_where_stdout_carries_something_else(tmp_path: Path, arg
     (*DRY_RUN, "--preset", "g5", "--output-config", "-"),
     ("container", "dockerfile", "--accelerator", "gpu"),
     ("container", "dockerfile", "--accelerator", "gpu", "--output-file", "-"),
-], ids=["dry-run", "dry-run-dash", "dockerfile", "dockerfile-dash"])
+    (*DRY_RUN, "--preset", "g5", "--output", "json"),
+], ids=["dry-run", "dry-run-dash", "dockerfile", "dockerfile-dash", "json"])
 def test_a_full_stdout_is_one_line_not_a_traceback(tmp_path: Path, argv: tuple[str, ...]) -> None:
     with open("/dev/full", "w") as full:  # every write fails with ENOSPC
         result = clusterkit(*argv, cwd=tmp_path, stdout=full.fileno())

@@ -16,8 +16,7 @@ if TYPE_CHECKING:
 def print_json(data: Any) -> None:
     import json  # only --output json needs it: not imported at start-up
 
-    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
-    sys.stdout.write("\n")
+    write_stdout(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
