@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -89,11 +90,47 @@ class SshTarget:
                    known_hosts_file=data.get("known_hosts_file") or None)  # type: ignore[arg-type]
 
 
+# A master's socket is made at ControlPath plus ".XXXXXXXXXXXXXXXX" and must fit a socket address (108 bytes, the
+# NUL included): with %C (40 bytes) the directory may take 107 - 1 - 40 - 17 bytes.
+CONTROL_DIR_MAX_BYTES = 49
+
+
 def control_dir() -> Path:
-    """Where the shared connections' sockets live: short (a socket path has ~100 bytes), private."""
-    directory = Path(tempfile.gettempdir()) / f"clusterkit-ssh-{os.getuid()}"
-    directory.mkdir(mode=0o700, exist_ok=True)
-    return directory
+    """Where the shared connections' sockets live: short enough for a socket address, and this user's alone
+    (whoever may write there can swap a master's socket and so see or forge every remote command)."""
+    name = f"clusterkit-ssh-{os.getuid()}"
+    directory = Path(tempfile.gettempdir()) / name
+    if len(os.fsencode(directory)) > CONTROL_DIR_MAX_BYTES:  # e.g. macOS's TMPDIR under /var/folders
+        directory = Path("/tmp") / name
+    try:
+        directory.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise ClusterkitError(f"cannot make the SSH control directory {directory}: {error.strerror}",
+                              fix="set TMPDIR to a directory of yours") from None
+    info = directory.lstat()  # not stat: a symbolic link could lead anywhere, later elsewhere
+    if stat.S_ISLNK(info.st_mode):
+        problem = "is a symbolic link"
+    elif not stat.S_ISDIR(info.st_mode):
+        problem = "is not a directory"
+    elif info.st_uid != os.getuid():
+        problem = f"belongs to uid {info.st_uid}, not to you (uid {os.getuid()})"
+    elif info.st_mode & 0o077:
+        problem = f"has mode {stat.S_IMODE(info.st_mode):04o}, open to others (it must be 0700)"
+    else:
+        return directory
+    raise ClusterkitError(f"the SSH control directory {directory} {problem}: another user could take over "
+                          "clusterkit's SSH connections, so it is not used",
+                          fix=f"remove it (rm -r {shlex.quote(str(directory))}) if nothing of yours uses it, "
+                              "or set TMPDIR to a private directory")
+
+
+def ssh_option_value(text: str) -> str:
+    """`text` as one value of an `ssh -o` option: ssh splits a value on white space unless it is in double
+    quotes (where \\ and \\" escape), then expands %-tokens in file names (%% is a percent sign)."""
+    escaped = text.replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
 
 
 @lean_dataclass(frozen=True)
@@ -106,21 +143,37 @@ class SshTransport:
     def label(self) -> str:
         return self.target.destination + (f":{self.target.port}" if self.target.port else "")
 
-    def ssh_argv(self, remote_command: str) -> list[str]:
-        """The `ssh` command line that runs `remote_command` (one shell-quoted string) there. Pure."""
+    def ssh_argv(self, remote_command: str, *, shared: bool = True) -> list[str]:
+        """The `ssh` command line that runs `remote_command` (one shell-quoted string) there: through the
+        shared connection, or (`shared=False`) over a connection of its own that checks the host key and
+        the login afresh."""
         target = self.target
-        argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout_s}",
-                "-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir()}/%C",
-                "-o", f"ControlPersist={CONTROL_PERSIST_S}", "-o", "ServerAliveInterval=15"]
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout_s}"]
+        if shared:
+            argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={ssh_option_value(str(control_dir()))}/%C",
+                     "-o", f"ControlPersist={CONTROL_PERSIST_S}"]
+        else:  # first value wins in ssh: ~/.ssh/config cannot bring a master back
+            argv += ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
+        argv += ["-o", "ServerAliveInterval=15"]
         if target.port:
             argv += ["-p", str(target.port)]
-        if target.identity_file:
-            argv += ["-i", target.identity_file, "-o", "IdentitiesOnly=yes"]
+        if target.identity_file:  # -i takes its argument whole, but expands %-tokens in it
+            argv += ["-i", target.identity_file.replace("%", "%%"), "-o", "IdentitiesOnly=yes"]
         for option in target.options:  # the first value of an option wins in ssh: the caller's first
             argv += ["-o", option]
         if target.known_hosts_file:
-            argv += ["-o", f"UserKnownHostsFile={target.known_hosts_file}", "-o", "StrictHostKeyChecking=yes"]
+            argv += ["-o", f"UserKnownHostsFile={ssh_option_value(target.known_hosts_file)}",
+                     "-o", "StrictHostKeyChecking=yes"]
         return [*argv, "--", target.destination, remote_command]
+
+    def verify(self) -> None:
+        """Log in over a connection of its own, whatever shared one lives: the host key, the key and the
+        login are checked now. Raises ConnectionProblem, or ClusterkitError for a missing key file."""
+        key = self.target.identity_file
+        if key and not os.access(Path(key).expanduser(), os.R_OK):
+            raise ClusterkitError(f"the identity file {key} does not exist or cannot be read",
+                                  fix="give the private key's path with --identity-file")
+        self._ssh(self.ssh_argv("true", shared=False), None, None)
 
     def close(self) -> None:
         """End the shared connection (the next command opens a new one and checks the host key again)."""
@@ -129,12 +182,16 @@ class SshTransport:
 
     def run(self, argv: list[str], *, env: dict[str, str] | None = None, input_bytes: bytes | None = None,
             timeout: float | None = None) -> subprocess.CompletedProcess[bytes]:
+        exports = [f"{name}={value}" for name, value in (env or {}).items()]
+        command = shlex.join(["env", *exports, *argv] if exports else argv)
+        return self._ssh(self.ssh_argv(command), input_bytes, timeout)
+
+    def _ssh(self, ssh_argv: list[str], input_bytes: bytes | None,
+             timeout: float | None) -> subprocess.CompletedProcess[bytes]:
         if shutil.which("ssh") is None:
             raise ConnectionProblem("the OpenSSH client (ssh) is not installed",
                                     fix="install it (apt-get install openssh-client)")
-        exports = [f"{name}={value}" for name, value in (env or {}).items()]
-        command = shlex.join(["env", *exports, *argv] if exports else argv)
-        result = subprocess.run(self.ssh_argv(command), input=input_bytes, capture_output=True, timeout=timeout)
+        result = subprocess.run(ssh_argv, input=input_bytes, capture_output=True, timeout=timeout)
         if result.returncode == 255:  # ssh's own failure, not the command's
             raise connection_problem(result.stderr.decode(errors="replace"), self.label)
         return result

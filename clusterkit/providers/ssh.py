@@ -86,12 +86,16 @@ def connect(name: str, target: SshTarget, *, runs_dir: str | None = None, python
             accept_new_host_key: bool = False, progress: Progress = quiet) -> SshCluster:
     """Register an existing Slurm cluster reached over SSH, after checking that Slurm answers there."""
     with registry.claim(name) as directory:
+        # A login of its own, never a shared connection that lives (it would let a wrong host key or key
+        # through): what is registered is what reached the cluster now.
         if accept_new_host_key and target.known_hosts_file is None:
             # Trust on first use, kept for this cluster alone; later connections insist on the same key.
             known = str(directory / KNOWN_HOSTS_FILE)
             SshTransport(dataclasses.replace(target, options=(*target.options, "StrictHostKeyChecking=accept-new"),
-                                             known_hosts_file=known)).run(["true"])
+                                             known_hosts_file=known)).verify()
             target = dataclasses.replace(target, known_hosts_file=known)
+        else:
+            SshTransport(target).verify()
         transport = SshTransport(target)
         progress(f"checking Slurm on {transport.label}")
         slurm = Slurm(transport=transport)
@@ -106,7 +110,6 @@ def connect(name: str, target: SshTarget, *, runs_dir: str | None = None, python
                      "slurm_version": version[0] if version else ""})
         registry.save(record)
     return SshCluster(record)
-
 
 
 def connect_to(name: str, ssh: str, *, port: int | None = None, identity_file: str | None = None,
