@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -232,6 +233,26 @@ def test_a_read_only_file_system_is_one_line_naming_the_path(tmp_path: Path, rea
     result = clusterkit("container", "import", "my-train:1.0", "--output", str(read_only_fs / "train.sqsh"),
                         cwd=tmp_path)
     refused(result, f"cannot write {str(read_only_fs / 'train.sqsh')!r}: Read-only file system")
+
+
+def test_a_directory_the_user_may_not_write_is_one_line_naming_the_path() -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("running the CLI as another user needs root and setpriv(1)")
+    scratch = Path(tempfile.mkdtemp(prefix="ck-eacces-"))  # not under pytest's private tmp: nobody must enter it
+    try:
+        scratch.chmod(0o755)
+        (scratch / "root-only").mkdir()
+        as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-m",
+                     "clusterkit"]
+        for argv in [*_writers(scratch / "root-only"),
+                     ("container", "import", "my-train:1.0", "--output", str(scratch / "root-only" / "c.sqsh"))]:
+            result = subprocess.run([*as_nobody, *argv], cwd=scratch, capture_output=True, text=True, timeout=60,
+                                    env={**os.environ, **OFFLINE_AWS})
+            refused(result, f"cannot write '{scratch / 'root-only'}/c.", "Permission denied",
+                    "choose a directory you can write")
+        assert list((scratch / "root-only").iterdir()) == []
+    finally:
+        shutil.rmtree(scratch)
 
 
 def test_the_template_a_spec_needs_none_of_is_refused_before_the_config_is_written(tmp_path: Path) -> None:
