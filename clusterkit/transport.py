@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-from clusterkit.errors import ClusterkitError
+from clusterkit.errors import ClusterkitError, MissingDependency
 from clusterkit.lean_dataclass import lean_dataclass
 
 CONTROL_PERSIST_S = 600  # an idle shared connection stays this long
@@ -157,8 +157,8 @@ class SshTransport:
         argv += ["-o", "ServerAliveInterval=15"]
         if target.port:
             argv += ["-p", str(target.port)]
-        if target.identity_file:  # -i takes its argument whole, but expands %-tokens in it
-            argv += ["-i", target.identity_file.replace("%", "%%"), "-o", "IdentitiesOnly=yes"]
+        if target.identity_file:  # not -i: ssh checks its path as given but then reads it %-expanded
+            argv += ["-o", f"IdentityFile={ssh_option_value(target.identity_file)}", "-o", "IdentitiesOnly=yes"]
         for option in target.options:  # the first value of an option wins in ssh: the caller's first
             argv += ["-o", option]
         if target.known_hosts_file:
@@ -188,8 +188,8 @@ class SshTransport:
 
     def _ssh(self, ssh_argv: list[str], input_bytes: bytes | None,
              timeout: float | None) -> subprocess.CompletedProcess[bytes]:
-        if shutil.which("ssh") is None:
-            raise ConnectionProblem("the OpenSSH client (ssh) is not installed",
+        if shutil.which("ssh") is None:  # not a ConnectionProblem: no waiting makes it work
+            raise MissingDependency("the OpenSSH client (ssh) is not installed",
                                     fix="install it (apt-get install openssh-client)")
         result = subprocess.run(ssh_argv, input=input_bytes, capture_output=True, timeout=timeout)
         if result.returncode == 255:  # ssh's own failure, not the command's

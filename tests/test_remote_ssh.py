@@ -140,7 +140,11 @@ def test_a_host_key_accepted_on_first_use_is_kept_in_the_clusters_own_file(local
     tmpdir = short_tmp / tmp_name  # the shared connection's socket lives under it: quoted for ssh too
     tmpdir.mkdir()
     env.update(CLUSTERKIT_HOME=str(tmp_path / home_name), TMPDIR=str(tmpdir))
-    connected = clusterkit(env, "connect", "tofu", *target_args(local_cluster, **{"--known-hosts": ""}),
+    key = short_tmp / 'keys "100%"' / "id key"
+    key.parent.mkdir()
+    shutil.copy(local_cluster.ssh_target().identity_file, key)
+    connected = clusterkit(env, "connect", "tofu", *target_args(local_cluster, **{"--known-hosts": "",
+                                                                                   "--identity-file": str(key)}),
                            "--accept-new-host-key", "-o", "json")
     assert connected.returncode == 0, connected.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [home_name]  # no stray known_hosts file beside it
