@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from clusterkit.errors import ClusterkitError
-from clusterkit.findings import Finding, Level
+from clusterkit.findings import Finding, Level, shorten
 from clusterkit.jobs.spec import JobSpec
 from clusterkit.rules import RuleBook
 from clusterkit.slurm import Slurm
@@ -71,6 +71,37 @@ def image(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) ->
     return [Finding(Level.ERROR, "container.image", f"image file {str(path)!r} is missing or not readable",
                     fix="import it first (enroot import -o NAME.sqsh dockerd://IMAGE) onto shared storage",
                     value=image)]
+
+
+# Runs the supervisor's interpreter as the batch script will: from the job's working directory (which is on
+# `python -m`'s path, and which a relative path starts from; `/` until a remote run's directory is made), with
+# the cluster's PATH and the jobs' environment. 127: no such program; 3: it runs, but without clusterkit
+# (find_spec imports none of it).
+_SUPERVISOR_PROBE = 'cd -- "$3" 2>/dev/null || cd /; command -v -- "$1" >/dev/null 2>&1 || exit 127; exec "$1" -c "$2"'
+_FINDS_CLUSTERKIT = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('clusterkit') else 3)"
+_SUPERVISOR_FIX = ("set supervise.python to a Python with clusterkit installed that every node has (an absolute path "
+                   "on shared storage), or install clusterkit for {python}")
+
+
+@rule
+def supervisor_python(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+    if spec.supervise is None:
+        return []
+    python = spec.supervise.python or "python3"  # what the script runs without one (render's default)
+    result = slurm.transport.run(["/bin/sh", "-c", _SUPERVISOR_PROBE, "sh", python, _FINDS_CLUSTERKIT, str(workdir)],
+                                 env=slurm.env)
+    if result.returncode == 0:
+        return []
+    shown, where = repr(shorten(python)), slurm.transport.label
+    if result.returncode == 127:
+        problem = f"{shown} is no program on {where}: the job would end at its start (exit 127)"
+    elif result.returncode == 3:
+        problem = f"{shown} on {where} cannot import clusterkit: the supervisor would not start"
+    else:
+        detail = (result.stderr.decode(errors="replace").strip().splitlines() or [f"exit {result.returncode}"])[-1]
+        problem = f"{shown} does not run on {where}: {detail}"
+    return [Finding(Level.ERROR, "supervise.python", f"the supervisor's interpreter {problem}",
+                    fix=_SUPERVISOR_FIX.format(python=shown), value=python)]
 
 
 def log_directories(spec: JobSpec, workdir: Path) -> list[tuple[str, Path]]:
