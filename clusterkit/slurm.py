@@ -17,7 +17,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from clusterkit.errors import ClusterkitError, MissingDependency
+from clusterkit.errors import ClusterkitError, MissingDependency, NotFound
+from clusterkit.findings import shorten
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.transport import LOCAL, Transport
 
@@ -26,6 +27,19 @@ INSTALL_HINT = "install Slurm's client commands: apt-get install -y slurm-wlm (o
 
 class SlurmCommandError(ClusterkitError):
     """A Slurm command exited non-zero; the message carries its stderr."""
+
+
+# A job as the job verbs name it: a job, an array task (JOB_TASK) or a heterogeneous job's component (JOB+N).
+JOB_ID_RE = r"\d+(?:_\d+|\+\d+)?"
+
+
+def checked_job_id(job_id: str) -> str:
+    """`job_id` if it names a job; else a one-line error (an empty id makes scontrol list every job)."""
+    if not re.fullmatch(JOB_ID_RE, job_id):
+        raise ClusterkitError(f"{shorten(job_id)!r} is not a Slurm job id",
+                              fix="give the id sbatch printed, e.g. 1234 (or 1234_5 for an array task); "
+                                  "`clusterkit jobs` lists them")
+    return job_id
 
 
 @lean_dataclass(frozen=True)
@@ -136,9 +150,7 @@ class Slurm:
             raise MissingDependency(f"Slurm command {command!r} is not on the PATH of {self.transport.label}",
                                     fix="is this a Slurm login node? (or add Slurm's bin directory to its PATH)")
         if check and result.returncode != 0:
-            detail = (result.stderr or result.stdout).strip().splitlines()
-            raise SlurmCommandError(f"`{command} {' '.join(args)}` failed: "
-                                    f"{detail[-1] if detail else result.returncode}")
+            raise _failed([command, *args], result)
         return result
 
     def config(self) -> dict[str, str]:
@@ -202,8 +214,7 @@ class Slurm:
         results = self.run_many(calls)
         for call, result in zip(calls[:2], results[:2]):
             if result.returncode != 0:
-                detail = (result.stderr or result.stdout).strip().splitlines()
-                raise SlurmCommandError(f"`{' '.join(call)}` failed: {detail[-1] if detail else result.returncode}")
+                raise _failed(call, result)
         return Poll(queue=parse_queue(results[0].stdout),
                     accounting=parse_accounting(results[1].stdout) if job_ids else [],
                     details=parse_job_details(results[-1].stdout) if details_of else {},
@@ -251,8 +262,23 @@ class Slurm:
     def requeue(self, job_id: str) -> None:
         self.run("scontrol", "requeue", job_id)
 
-    def cancel(self, job_id: str, signal: str | None = None) -> None:
-        self.run("scancel", *([f"--signal={signal}"] if signal else []), job_id)
+    def cancel(self, job_id: str, signal: str | None = None) -> bool:
+        """Cancel (or signal) a job or step; False when it had already ended, NotFound when Slurm knows no
+        such job. scancel (22.05) exits 0 and says nothing of either unless asked to be verbose."""
+        argv = ["--verbose", *([f"--signal={signal}"] if signal else []), job_id]
+        result = self.run("scancel", *argv, check=False)
+        if "Invalid job id specified" in result.stderr:
+            where = f" on {self.transport.label}" if self.transport.remote else ""
+            raise NotFound(f"Slurm knows no job {job_id}{where}", fix="check the id with `clusterkit jobs` or squeue")
+        if result.returncode != 0:
+            raise _failed(["scancel", *argv], result)
+        return "already completing or completed" not in result.stderr
+
+
+def _failed(call: list[str], result: subprocess.CompletedProcess[str]) -> SlurmCommandError:
+    """A command's failure in one line: the command and the last line it printed."""
+    detail = (result.stderr or result.stdout).strip().splitlines()
+    return SlurmCommandError(f"`{' '.join(call)}` failed: {detail[-1] if detail else result.returncode}")
 
 
 def parse_duration(text: str) -> float | None:

@@ -103,12 +103,16 @@ def submit_spec(args: argparse.Namespace) -> int:
 
 def _handle(args: argparse.Namespace):
     from clusterkit.jobs.submit import job_handle
+    from clusterkit.slurm import checked_job_id
 
-    return job_handle(args.job_id, args.cluster)
+    return job_handle(checked_job_id(args.job_id), args.cluster)
 
 
 def job_status(args: argparse.Namespace) -> int:
-    status = _handle(args).status()
+    handle = _handle(args)
+    status = handle.status()
+    if status.state == "UNKNOWN" and not status.attempts:
+        raise handle.not_found()
     if args.output == "json":
         print_json(status.to_dict())
         return 0
@@ -149,18 +153,21 @@ def job_logs(args: argparse.Namespace) -> int:
 
 def cancel_job(args: argparse.Namespace) -> int:
     handle = _handle(args)
-    handle.cancel()
+    cancelled = handle.cancel()
     if args.output == "json":
-        print_json({"job_id": handle.job_id, "cancelled": True})
-    else:
+        print_json({"job_id": handle.job_id, "cancelled": cancelled, "state": handle.state})
+    elif cancelled:
         print(f"cancelled job {handle.job_id}")
+    else:
+        print(f"job {handle.job_id} had already ended ({handle.state}): nothing to cancel")
     return 0
 
 
 def watch_job(args: argparse.Namespace) -> int:
     from clusterkit.resilience.watcher import watch
+    from clusterkit.slurm import checked_job_id
 
-    result = watch(args.job_id, args.cluster, resubmit=args.resubmit, max_resubmits=args.max_resubmits,
+    result = watch(checked_job_id(args.job_id), args.cluster, resubmit=args.resubmit, max_resubmits=args.max_resubmits,
                    progress=progress if args.output == "table" else lambda _: None)
     if args.output == "json":
         print_json({"job_ids": result.job_ids, "state": result.state, "classification": result.classification,

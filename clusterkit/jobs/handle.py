@@ -12,7 +12,7 @@ from clusterkit.errors import ClusterkitError, NotFound
 from clusterkit.jobs.attempts import Attempt, decisions, merge_attempts
 from clusterkit.jobs.tracking import JobTracker, by_job, is_final, state_of
 from clusterkit.lean_dataclass import lean_dataclass
-from clusterkit.slurm import AccountingRecord, SlurmCommandError
+from clusterkit.slurm import AccountingRecord, SlurmCommandError, checked_job_id
 from clusterkit.transport import Transport, exists, read_bytes
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class JobHandle:
 
     def __init__(self, job_id: str, cluster: str, tracker: JobTracker, stdout_path: Path | None = None,
                  stderr_path: Path | None = None, submitit_job: Any = None, record: JobRecord | None = None) -> None:
-        self.job_id = job_id
+        self.job_id = checked_job_id(job_id)
         self.cluster = cluster
         self.tracker = tracker
         self.stdout_path = stdout_path
@@ -83,6 +83,11 @@ class JobHandle:
                                 decisions(self.record, self.transport))
         return JobStatus(self.job_id, self.cluster, state_of(self.job_id, poll.queue, accounting),
                          str(self.stdout_path) if self.stdout_path else None, tuple(merged))
+
+    def not_found(self) -> NotFound:
+        """The error for a job that neither the controller nor accounting knows."""
+        return NotFound(f"Slurm knows no job {self.job_id} on cluster {self.cluster!r}",
+                        fix="check the id with `clusterkit jobs` or squeue")
 
     def follow_log(self, poll: float = 0.5, follow: bool = True) -> Iterator[str]:
         """The job's output as it grows, chunk by chunk, until the job ends (or once, without `follow`).
@@ -134,8 +139,7 @@ class JobHandle:
                 continue
             unknown_since = (unknown_since or time.monotonic()) if state == "UNKNOWN" else None
             if unknown_since is not None and time.monotonic() - unknown_since > UNKNOWN_GRACE_S:
-                raise NotFound(f"Slurm knows no job {self.job_id} on cluster {self.cluster!r}",
-                               fix="check the id with `clusterkit jobs` or squeue")
+                raise self.not_found()
             if progress and state != last:
                 progress(f"job {self.job_id}: {state}")
                 last = state
@@ -193,9 +197,16 @@ class JobHandle:
         data = read_bytes(self.transport, path) if path is not None else None
         return data.decode(errors="replace") if data else ""
 
-    def cancel(self) -> None:
-        self.tracker.slurm.cancel(self.job_id)
+    def cancel(self) -> bool:
+        """Cancel the job; False when it had already ended. NotFound when Slurm knows no such job."""
+        try:
+            cancelled = self.tracker.slurm.cancel(self.job_id)
+        except NotFound:
+            if self.tracker.state(self.job_id, fresh=True) == "UNKNOWN":
+                raise self.not_found() from None
+            cancelled = False  # the controller has forgotten it; accounting knows how it ended
         self.tracker.snapshot(fresh=True)
+        return cancelled
 
 
 def _complete_utf8(data: bytes) -> tuple[str, bytes]:
