@@ -99,7 +99,8 @@ def test_a_supervised_job_on_that_cluster_passes_its_preflight_and_runs_the_inst
         answer = HEAD_NODE_SLURM.get(tuple(argv))
         if answer is not None:
             return subprocess.CompletedProcess(argv, 0, answer.encode(), b"")
-        if argv[0] in ("sh", "test"):  # directories may be made, the image file is there
+        # Directories may be made, the image file is there, the installed venv runs and has clusterkit.
+        if argv[0] in ("sh", "/bin/sh", "test"):
             return subprocess.CompletedProcess(argv, 0, b"", b"")
         return subprocess.CompletedProcess(argv, 127, b"", f"{argv[0]}: not faked".encode())
 
@@ -116,6 +117,7 @@ def test_a_supervised_job_on_that_cluster_passes_its_preflight_and_runs_the_inst
     assert python.startswith("/fsx/") and python != "python3"
     assert f"{python} -m clusterkit" in plan.script or f"{python}' -m clusterkit" in plan.script, plan.script
     assert ["scontrol", "show", "config"] in asked
+    assert any(argv[0] == "/bin/sh" and python in argv for argv in asked)  # the preflight ran that interpreter
 
 
 def test_without_credentials_the_head_node_is_one_line_naming_both_ways_on(
