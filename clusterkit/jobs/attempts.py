@@ -55,8 +55,11 @@ def decisions(record: JobRecord | None, transport: Transport = LOCAL) -> list[di
     return runtime.parse_decisions(data) if data else []
 
 
-def classify(state: str, attempt_id: str, made: list[dict[str, Any]]) -> str:
-    """Why an attempt ended: the supervisor's decision where there is one, else Slurm's state."""
+def classify(state: str, attempt_id: str, made: list[dict[str, Any]], pending_reason: str = "") -> str:
+    """Why an attempt ended: the supervisor's decision where there is one, else Slurm's state. A pending
+    attempt says what it waits for (Slurm's reason), since a job that can never start waits forever."""
+    if state == "PENDING" and pending_reason:
+        return f"pending: {pending_reason}"
     if state in IN_PROGRESS_STATES:
         return "in progress"
     mine = [d for d in made if d.get("attempt") == attempt_id]
@@ -96,6 +99,17 @@ def merge_attempts(job_id: str, accounting: list[AccountingRecord], controller: 
             merged.append(Attempt(index, NOT_IN_ACCOUNTING, "", "", "", "", classify(NOT_IN_ACCOUNTING, attempt_id,
                                                                                        made)))
         else:
+            reason = pending_reason(controller) if index == restarts else ""
             merged.append(Attempt(index, record.state, record.exit_code, record.node_list, record.start, record.end,
-                                  classify(record.base_state, attempt_id, made)))
+                                  classify(record.base_state, attempt_id, made, reason)))
     return merged
+
+
+def pending_reason(controller: dict[str, str]) -> str:
+    """What the controller's pending job waits for (`scontrol show job`'s Reason), '' when nothing or not
+    pending. scontrol writes a reason's spaces as underscores; the node list after it is left as it is."""
+    reason = controller.get("Reason", "")
+    if controller.get("JobState") != "PENDING" or reason in ("", "None"):
+        return ""
+    text, nodes_said, nodes = reason.partition("UnavailableNodes:")
+    return text.replace("_", " ") + nodes_said + nodes

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
 from clusterkit.jobs.attempts import merge_attempts
+from clusterkit.providers.local import processes
 from clusterkit.slurm import AccountingRecord
 
 
@@ -55,3 +63,48 @@ def test_decisions_of_another_job_do_not_count() -> None:
     merged = merge_attempts("9", [record("COMPLETED", "T1")], {}, [{"attempt": "19.3", "decision": "hang"},
                                                                   {"attempt": "9.0", "decision": "completed"}])
     assert summary(merged) == [(0, "COMPLETED", "completed")]
+
+
+def test_a_pending_attempt_says_what_it_waits_for() -> None:
+    waiting = {**controller("PENDING", 0, "Unknown"), "Reason": "Nodes_required_for_job_are_DOWN,_DRAINED_or_"
+               "reserved_for_jobs_in_higher_priority_partitions"}
+    merged = merge_attempts("9", [record("PENDING", "Unknown", nodes="None assigned")], waiting, [])
+    assert summary(merged) == [(0, "PENDING", "pending: Nodes required for job are DOWN, DRAINED or reserved for "
+                                              "jobs in higher priority partitions")]
+    nodes = {**waiting, "Reason": "ReqNodeNotAvail,_UnavailableNodes:gpu_n[1-2]"}
+    expected = "pending: ReqNodeNotAvail, UnavailableNodes:gpu_n[1-2]"  # a node's own underscore stays
+    assert merge_attempts("9", [], nodes, [])[0].classification == expected
+    assert merge_attempts("9", [], {**waiting, "Reason": "None"}, [])[0].classification == "in progress"
+
+
+@pytest.mark.slurm
+def test_status_shows_why_a_job_that_cannot_start_waits(local_cluster, job_dir) -> None:
+    slurm = local_cluster.slurm()
+    spec = job_dir / "stuck.yaml"
+    spec.write_text("name: stuck\nlauncher: srun\ncommand: [true]\nsbatch: [--nodelist=n4]\n"
+                    "logs: {output: stuck_%j.out}\n")
+    slurm.update_node("n4", "DRAIN", "clusterkit test: a job that cannot start")
+    try:
+        submitted = run_cli("submit", str(spec), "--cluster", local_cluster.name, "-o", "json", cwd=job_dir)
+        job_id = json.loads(submitted.stdout)["job_id"]
+        try:
+            processes.wait_until(lambda: slurm.job_details(job_id).get("Reason", "None") != "None", 30,
+                                 "Slurm to give the pending job a reason", interval=0.5)
+            status = json.loads(run_cli("status", job_id, "--cluster", local_cluster.name, "-o", "json").stdout)
+            (attempt,) = status["attempts"]
+            assert status["state"] == "PENDING" and attempt["classification"].startswith("pending: "), status
+            reason = attempt["classification"].removeprefix("pending: ")
+            assert "_" not in reason and ("ReqNodeNotAvail" in reason or "DRAINED" in reason), reason
+            table = run_cli("status", job_id, "--cluster", local_cluster.name).stdout
+            assert reason in table, table
+        finally:
+            slurm.cancel(job_id)
+    finally:
+        slurm.update_node("n4", "RESUME")
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, "-m", "clusterkit", *args], capture_output=True, text=True, cwd=cwd,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result
