@@ -77,13 +77,24 @@ HEALTH_MODULE = "clusterkit.resilience.health"
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_MAX_TIME_LIMIT_REQUEUES = 100  # a run requeued at its time limit this often is not converging
 UNBOUNDED = -1
+# With hang detection on, a step that sends no heartbeat at all for this long (or 3 hang timeouts, if longer)
+# is stuck before its first step: imports, rendezvous, a checkpoint load.
+DEFAULT_STARTUP_TIMEOUT = 1800
+
+
+def startup_timeout_for(hang_timeout: float, startup_timeout: float | None) -> float:
+    """Seconds a step may take to its first heartbeat (0: no bound): as given, else the default when hang
+    detection is on (a job without it may never call heartbeat())."""
+    if startup_timeout is not None:
+        return startup_timeout
+    return max(DEFAULT_STARTUP_TIMEOUT, 3 * hang_timeout) if hang_timeout else 0
 
 
 def supervisor_command(python: str, *, hang_timeout: int, app_retries: int, state_dir: str | Path | None,
                        signal_lead: int | None = None, max_time_limit_requeues: int | None = None,
-                       max_preemptions: int | None = None) -> list[str]:
+                       max_preemptions: int | None = None, startup_timeout: int | None = None) -> list[str]:
     """The words before the step's own command: `PYTHON -m clusterkit.resilience.supervisor ... --`."""
-    optional = {"--state-dir": state_dir, "--signal-lead": signal_lead,
+    optional = {"--state-dir": state_dir, "--signal-lead": signal_lead, "--startup-timeout": startup_timeout,
                 "--max-time-limit-requeues": max_time_limit_requeues, "--max-preemptions": max_preemptions}
     return [python, "-m", SUPERVISOR_MODULE, f"--hang-timeout={hang_timeout}", f"--app-retries={app_retries}",
             *(f"{option}={value}" for option, value in optional.items() if value is not None), "--"]
@@ -105,6 +116,9 @@ def supervisor_parser() -> argparse.ArgumentParser:
     parser.add_argument("--app-retries", type=int, default=1, help="retries of a step failing on healthy nodes")
     parser.add_argument("--hang-timeout", type=float, default=0.0,
                         help="seconds without heartbeat progress that count as a hang (0: off)")
+    parser.add_argument("--startup-timeout", type=float, default=None,
+                        help="seconds from the step's start to its first heartbeat before it counts as a hang "
+                             f"(0: off; default with --hang-timeout: {DEFAULT_STARTUP_TIMEOUT} or 3 hang timeouts)")
     parser.add_argument("--health-timeout", type=float, default=60.0, help="seconds for one node's health check")
     parser.add_argument("--no-precheck", dest="precheck", action="store_false",
                         help="skip the health check of every node before the step")

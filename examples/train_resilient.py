@@ -5,16 +5,20 @@ bit-identical weights to one that never stopped; the SHA-256 of the final weight
 `$CLUSTERKIT_CHECKPOINT_DIR/final_weights.sha256` to prove it. Rank 0 saves a checkpoint every
 CHECKPOINT_EVERY steps with clusterkit's CheckpointManager; every rank resumes from the newest
 checkpoint that verifies (`resume()`, read before the rendezvous) and beats a heartbeat each step (the
-supervisor's hang detection). On the signal it receives when asked to stop (SIGTERM through torchrun,
-or the job's own SIGUSR1/SIGUSR2 when started directly; caught from before torch is imported): every
-rank agrees to stop at the same step, rank 0 saves a checkpoint, and the process exits 0; the job
-script (or the supervisor) then requeues the job, and the next attempt resumes from that checkpoint.
+supervisor's hang detection), and a last one when it is done (`heartbeat(step, done=True)`: the supervisor
+then knows the run is complete even if a warning came at the end). On the signal it receives when asked to
+stop (SIGTERM through torchrun, or the job's own SIGUSR1/SIGUSR2 when started directly; caught from before
+torch is imported): every rank agrees to stop at the same step, rank 0 saves a checkpoint, and the process
+exits 0; the job script (or the supervisor) then requeues the job, and the next attempt resumes from that
+checkpoint. A stop asked for at the last step finishes the run instead: the work is done.
 A save that fails (a full disk) ends every rank with exit 1 and one line saying why; any other
 clusterkit error, or ENOSPC, ends the process with one line and exit 1 as well.
 
 Settings (environment): TRAIN_STEPS (60), CHECKPOINT_EVERY (10), STEP_SECONDS (0.2, a stand-in for
 real work), EXAMPLE_FAULT (for tests: `always` fails on every attempt, `crash-once` kills rank 1's
-process once, `hang-once` stops rank 1 once without exiting).
+process once, `hang-once` stops rank 1 once without exiting, `stuck-start-once` stops rank 1 once
+before the rendezvous, so no rank ever beats, `slow-exit` has rank 0 take 10 s to exit after its last
+step, as a slow teardown would).
 """
 
 from __future__ import annotations
@@ -90,6 +94,17 @@ def inject_fault(step: int, rank: int, run_dir: Path) -> None:
             time.sleep(1)
 
 
+def stuck_before_the_rendezvous(run_dir: Path) -> None:
+    """`stuck-start-once`: rank 1 never reaches the rendezvous (once), so rank 0 waits in it too."""
+    marker = run_dir / ".fault-stuck-start-once"
+    if FAULT != "stuck-start-once" or os.environ.get("RANK") != "1" or marker.exists():
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text("fired\n")
+    while True:
+        time.sleep(1)
+
+
 def save_checkpoint(manager: CheckpointManager, rank: int, step: int, state: dict, loss: float) -> bool:
     """Rank 0 saves; every rank learns whether it worked (a full disk ends the run with one line)."""
     failed = torch.tensor([0])
@@ -120,6 +135,7 @@ def main() -> int:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start = state["step"]
+    stuck_before_the_rendezvous(run_dir)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     if rank == 0:
@@ -141,12 +157,13 @@ def main() -> int:
         time.sleep(STEP_SECONDS)
         stopping = torch.tensor([1 if stop_requested else 0])
         dist.all_reduce(stopping, op=dist.ReduceOp.MAX)  # all ranks agree to stop at the same step
-        if step % CHECKPOINT_EVERY == 0 or stopping.item():
+        stop_now = bool(stopping.item()) and step < STEPS  # at the last step, finishing is all that is left
+        if step % CHECKPOINT_EVERY == 0 or stop_now:
             state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
             if not save_checkpoint(manager, rank, step, state, loss.item()):
                 dist.destroy_process_group()
                 return 1
-        if stopping.item():
+        if stop_now:
             if rank == 0:
                 print(f"stopping at step {step} on a signal; checkpoint saved", flush=True)
             dist.destroy_process_group()
@@ -158,6 +175,9 @@ def main() -> int:
         (run_dir / "final_weights.sha256").write_text(digest + "\n")
         print(f"done: {STEPS} steps, final weights sha256 {digest}", flush=True)
     dist.destroy_process_group()
+    heartbeat(STEPS, done=True)
+    if FAULT == "slow-exit" and rank == 0:
+        time.sleep(10)
     return 0
 
 

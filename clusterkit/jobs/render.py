@@ -234,7 +234,8 @@ def _supervisor_command(spec: JobSpec) -> list[str]:
                                       app_retries=supervision.app_retries, state_dir=state_dir,
                                       signal_lead=warning.seconds if warning else None,
                                       max_time_limit_requeues=supervision.max_time_limit_requeues,
-                                      max_preemptions=supervision.max_preemptions)
+                                      max_preemptions=supervision.max_preemptions,
+                                      startup_timeout=supervision.startup_timeout)
 
 
 def _directives(spec: JobSpec, tasks_per_node: int) -> list[tuple[ShellText, str | None]]:

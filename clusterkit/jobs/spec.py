@@ -216,6 +216,9 @@ class Supervision:
     """Run the step under clusterkit's supervisor (clusterkit.resilience.supervisor) in the job."""
 
     hang_timeout: int = 0  # seconds without heartbeat progress that count as a hang; 0: off
+    # Seconds from the step's start to its first heartbeat (imports, rendezvous, checkpoint load); 0: off.
+    # None: with hang detection on, 30 minutes or 3 hang timeouts, whichever is longer.
+    startup_timeout: int | None = None
     app_retries: int = 1  # step retries when every node is healthy but the step fails
     # An interpreter with clusterkit on the nodes (bare, not in the container). None: the cluster's own
     # (an AWS cluster's installed virtualenv, a local cluster's Python), python3 when planned without one.

@@ -261,6 +261,9 @@ def restarts(spec: JobSpec) -> Iterator[Finding]:
         if spec.supervise.hang_timeout < 0:
             yield _error("supervise.hang_timeout", "must be 0 (off) or more seconds", "write e.g. 600",
                          spec.supervise.hang_timeout)
+        if spec.supervise.startup_timeout is not None and spec.supervise.startup_timeout < 0:
+            yield _error("supervise.startup_timeout", f"is {spec.supervise.startup_timeout}: must be 0 (off) or more "
+                         "seconds", "write e.g. 1800, or leave it out for the default", spec.supervise.startup_timeout)
         if spec.supervise.app_retries < 0:
             yield _error("supervise.app_retries", "must be 0 or more", "write e.g. 1", spec.supervise.app_retries)
         for name in ("max_time_limit_requeues", "max_preemptions"):

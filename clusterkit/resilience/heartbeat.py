@@ -1,6 +1,8 @@
 """Progress beacons from the training loop, read by a supervisor to spot hung ranks.
 
-Each rank owns one small file `rank-00003.hb` holding "STEP UNIX_TIME NODE", padded to a fixed width.
+Each rank owns one small file `rank-00003.hb` holding "STEP UNIX_TIME NODE", padded to a fixed width; a
+rank that finished its training writes "STEP UNIX_TIME NODE done WORLD_SIZE" last (`heartbeat(step, done=True)`),
+so a supervisor can tell a run that completed from one that stopped when asked to.
 It is created once and then overwritten in place with one write: no new blocks, so a beat still lands
 when training has filled the disk; and no fsync, because a heartbeat only has to be visible to other
 processes, not survive a power cut. A beat that cannot be written is logged (once per kind of error)
@@ -31,13 +33,17 @@ class Beat(NamedTuple):
     step: int
     time: float
     node: str  # where the rank runs: the evidence when it stops beating
+    done: bool = False  # the rank finished its training
+    world: int = 0  # with `done`: how many ranks the run has
 
 
-def heartbeat(step: int, *, min_interval_s: float = DEFAULT_MIN_INTERVAL_S) -> bool:
+def heartbeat(step: int, *, min_interval_s: float = DEFAULT_MIN_INTERVAL_S, done: bool = False) -> bool:
     """Record that this rank reached `step`; returns whether a file was written.
 
     A no-op when `$CLUSTERKIT_HEARTBEAT_DIR` is unset. Calls closer than `min_interval_s` to the
-    previous write are dropped, so calling it every step costs a clock read.
+    previous write are dropped, so calling it every step costs a clock read. `done=True`, once after the
+    last step, says the rank finished its training (always written): when every rank says so and the step
+    exits 0, the supervisor records the run as completed even if a time-limit warning came meanwhile.
     """
     directory = os.environ.get(HEARTBEAT_DIR_ENV)
     if not directory:
@@ -45,10 +51,12 @@ def heartbeat(step: int, *, min_interval_s: float = DEFAULT_MIN_INTERVAL_S) -> b
     path = Path(directory) / f"rank-{current_rank():05d}.hb"
     now = time.time()
     last = _last_write.get(path)
-    if last is not None and now - last < min_interval_s:
+    if last is not None and now - last < min_interval_s and not done:
         return False
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    line = f"{step} {now:.3f} {node}"[: BEAT_BYTES - 1].ljust(BEAT_BYTES - 1) + "\n"
+    world = int(os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or 1)
+    line = f"{step} {now:.3f} {node}" + (f" done {world}" if done else "")
+    line = line[: BEAT_BYTES - 1].ljust(BEAT_BYTES - 1) + "\n"
     try:
         os.pwrite(_descriptor(path), line.encode(), 0)
     except OSError as error:
@@ -80,11 +88,23 @@ def read_heartbeats(directory: str | os.PathLike[str]) -> dict[int, Beat]:
     for path in Path(directory).glob("rank-*.hb"):
         try:
             rank = int(path.stem.removeprefix("rank-"))
-            step_text, time_text, node = path.read_text().split()  # a torn or foreign file fails here
-            beats[rank] = Beat(int(step_text), float(time_text), node)
+            fields = path.read_text().split()  # a torn or foreign file fails here
+            if len(fields) == 3:
+                beats[rank] = Beat(int(fields[0]), float(fields[1]), fields[2])
+            elif len(fields) == 5 and fields[3] == "done":
+                beats[rank] = Beat(int(fields[0]), float(fields[1]), fields[2], True, int(fields[4]))
         except (OSError, ValueError):
             continue  # vanished or not ours; a supervisor treats it as no heartbeat
     return beats
+
+
+def every_rank_done(beats: dict[int, Beat]) -> bool:
+    """Whether every rank of the run said it finished its training (`heartbeat(step, done=True)`)."""
+    worlds = {beat.world for beat in beats.values() if beat.done}
+    if len(worlds) != 1:
+        return False
+    world = worlds.pop()
+    return world > 0 and all(rank in beats and beats[rank].done for rank in range(world))
 
 
 def current_rank() -> int:

@@ -5,8 +5,9 @@ When the step fails the supervisor tells apart
 
 - a node failure (a node not responding, or its health check failing): drain the node with the
   evidence as reason and requeue the job, so that it restarts on healthy nodes;
-- a hang (no heartbeat progress for `--hang-timeout` seconds): stop the step, check the nodes, then
-  requeue (bad node) or retry the step on the same allocation (all healthy);
+- a hang (no heartbeat progress for `--hang-timeout` seconds, or no heartbeat at all for `--startup-timeout`
+  seconds after the step started): stop the step, check the nodes, then requeue (bad node) or retry the step
+  on the same allocation (all healthy);
 - an application error (all nodes healthy, non-zero exit): retry up to `--app-retries` times, then
   stop and say it was the application: no endless requeue.
 
@@ -14,13 +15,18 @@ When the step fails the supervisor tells apart
   its checkpoint, then requeue: a planned requeue, not a failure;
 - checkpoint storage that is full: stop and say so (a restart would fail the same way).
 
+A step that exits 0 is complete unless the supervisor had asked it to stop; when it had, the step is complete
+if every rank said it finished its training (`heartbeat(step, done=True)`). An attempt of a job whose earlier
+attempt completed the run completes at once, without starting the step again.
+
 Failures (node, hang, application; and attempts Slurm ended with NODE_FAIL or the like) spend the
 restart budget (`max_restarts`). Time-limit requeues and preemptions have bounds of their own
 (preemptions unlimited by default), so a week-long run on a 48-hour partition never runs out of
 budget without failing. The counts live with the run (see run_state.py: reserved space, so a full
 disk cannot stop the supervisor) and survive requeues and resubmission. Each decision is printed and
-appended, with its evidence, to `decisions.jsonl`. Training resumes from the latest valid checkpoint
-by itself (CheckpointManager.latest()).
+appended, with its evidence, to `decisions.jsonl`; one after which the supervisor ended the run itself is
+marked `stopped`, so a resubmission of that run (as the decision may advise) goes on without a charge.
+Training resumes from the latest valid checkpoint by itself (CheckpointManager.latest()).
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -40,19 +48,24 @@ from pathlib import Path
 from clusterkit import runtime
 from clusterkit.errors import ClusterkitError
 from clusterkit.lean_dataclass import lean_dataclass
-from clusterkit.resilience.heartbeat import read_heartbeats
+from clusterkit.resilience.heartbeat import every_rank_done, read_heartbeats
 from clusterkit.resilience.run_state import Budget, RunState
 from clusterkit.runtime import (APPLICATION_ERROR, BUDGET_EXHAUSTED, CHECKPOINT_STORAGE_FULL, COMPLETED, HANG,
                                 NODE_FAILURE, PREEMPTED, TERMINATED, TIME_LIMIT)
 from clusterkit.slurm import Slurm
 
 STOP_GRACE_S = 20.0  # SIGTERM to SIGKILL when nothing says how long there is
+WATCH_S = 1.0  # how often a running step's heartbeats, warnings and health check are looked at
 REQUEUE_MARGIN_S = 15.0  # of the time left before a limit, kept for the requeue itself
 UNKNOWN_LEAD_S = 900.0  # without --signal-lead: a warning this close to the limit is the time limit's
 # Decisions after which the supervisor requeued the job itself (and spent for it when it decided).
 REQUEUED_BY_US = (NODE_FAILURE, TIME_LIMIT, PREEMPTED)
 # How Slurm ended an attempt the supervisor did not end itself, and which bound that counts against.
 _ENDED_BY_SLURM = {"PREEMPTED": "preemption", "TIMEOUT": "time_limit"}
+LOG_TAIL_BYTES = 256 << 10  # of the step's output, searched for what killed a rank
+# How launchers say a rank died of a signal: torchrun's failure summary, and srun's line per task.
+_TORCHRUN_SIGNAL = re.compile(r"host\s*: (?P<node>\S+)\s+rank\s*: (?P<rank>\d+)[^\n]*\s+exitcode\s*: -(?P<signal>\d+)")
+_SRUN_KILLED = re.compile(r"srun: error: (?P<node>\S+): tasks? (?P<rank>[\d,\-]+): Killed")
 
 
 @lean_dataclass
@@ -61,14 +74,18 @@ class StepOutcome:
     hang_evidence: str = ""
     bad_nodes: dict[str, str] = field(default_factory=dict)  # the check that ran beside the step found them
     signalled: bool = False  # the job was warned: save and requeue (time limit, preemption)
+    asked_to_stop: bool = False  # the supervisor passed the warning on to the step
+    finished: bool = False  # every rank said it finished its training
     terminated: bool = False  # Slurm is ending the job
+    log_tail: str = ""  # the step's output (its end), where it went to a file
 
 
 class Supervisor:
     def __init__(self, step: list[str], state_dir: Path, max_restarts: int, app_retries: int,
                  hang_timeout: float, health_timeout: float, precheck: bool, slurm: Slurm | None = None,
                  max_time_limit_requeues: int | None = None, max_preemptions: int | None = None,
-                 signal_lead: float | None = None, checkpoint_dir: Path | None = None) -> None:
+                 signal_lead: float | None = None, checkpoint_dir: Path | None = None,
+                 startup_timeout: float | None = None) -> None:
         self.step = step
         self.state_dir = state_dir
         self.max_restarts = max_restarts
@@ -76,6 +93,7 @@ class Supervisor:
         self.max_preemptions = max_preemptions  # None: no bound
         self.app_retries = app_retries
         self.hang_timeout = hang_timeout
+        self.startup_timeout = runtime.startup_timeout_for(hang_timeout, startup_timeout)
         self.health_timeout = health_timeout
         self.precheck = precheck
         self.signal_lead = signal_lead  # seconds between the warning and the time limit (--signal=...@N)
@@ -105,7 +123,7 @@ class Supervisor:
         }[kind]
         used = getattr(budget, counter)
         if bound is not None and used >= bound:
-            self.decide(BUDGET_EXHAUSTED, f"{why}; {what} of {bound} is spent", **{counter: used})
+            self.decide(BUDGET_EXHAUSTED, f"{why}; {what} of {bound} is spent", stopped=True, **{counter: used})
             return False
         setattr(budget, counter, used + 1)
         self.run_state.save(budget)
@@ -118,9 +136,17 @@ class Supervisor:
         made = [d for d in runtime.read_decisions(self.run_state.decisions_path) if d.get("attempt") == previous]
         if made and made[-1].get("decision") in REQUEUED_BY_US:
             return True
+        if made and made[-1].get("stopped"):
+            # The supervisor ended the run there itself (full storage, a failing application, a spent bound) and
+            # the run was started again, as its decision may advise: its history goes on, uncharged and unchanged.
+            print(f"clusterkit supervisor: attempt {previous} ended with {made[-1].get('decision')}; the run goes on "
+                  f"in attempt {self.attempt}", file=sys.stderr, flush=True)
+            return True
         state = self._slurm_state_of(previous)
         kind = _ENDED_BY_SLURM.get(state, "failure")
-        why = f"attempt {previous} ended {state or 'without a record'} and Slurm requeued the job"
+        again = ("Slurm requeued the job" if previous.partition(".")[0] == self.job_id
+                 else f"the run was resubmitted as job {self.job_id}")
+        why = f"attempt {previous} ended {state or 'without a record'} and {again}"
         if kind == "failure":
             self.decide(NODE_FAILURE if state in ("NODE_FAIL", "BOOT_FAIL") else TERMINATED, why, attempt=previous,
                         slurm_state=state)
@@ -251,11 +277,21 @@ class Supervisor:
         # A line in the job's log with the time: where a resume's seconds go can be read from it.
         print(f"clusterkit supervisor: starting the step (attempt {self.attempt}, try {try_number}) at "
               f"{time.time():.3f}", file=sys.stderr, flush=True)
+        output_start = _output_end()
         process = subprocess.Popen(self.step, env=env, start_new_session=True)
+        outcome = self._watch(process, heartbeats, precheck)
+        outcome.finished = every_rank_done(read_heartbeats(heartbeats))
+        if outcome.exit_code:
+            outcome.log_tail = _output_since(output_start)
+        return outcome
+
+    def _watch(self, process: subprocess.Popen, heartbeats: Path,
+               precheck: concurrent.futures.Future | None) -> StepOutcome:
+        started = time.monotonic()
         progress: dict[int, tuple[int, float]] = {}  # rank -> (step, when we saw it change)
         while True:
             try:
-                code = process.wait(timeout=1.0)
+                code = process.wait(timeout=WATCH_S)
                 return StepOutcome(code, signalled=self.stop_requested.is_set())
             except subprocess.TimeoutExpired:
                 pass
@@ -268,23 +304,33 @@ class Supervisor:
                 # get what is left before the limit, less the requeue's own margin.
                 left = self.warned_with_time_left
                 self._stop(process, grace=max(left - REQUEUE_MARGIN_S, 5.0) if left is not None else STOP_GRACE_S)
-                return StepOutcome(process.returncode, signalled=True)
+                return StepOutcome(process.returncode, signalled=True, asked_to_stop=True)
             if precheck is not None and precheck.done():
                 bad = precheck.result()
                 precheck = None
                 if bad:
                     self._stop(process)
                     return StepOutcome(None, bad_nodes=bad)
-            evidence = self._hang_evidence(heartbeats, progress)
+            evidence = self._hang_evidence(heartbeats, progress, started)
             if evidence:
                 self._stop(process)
                 return StepOutcome(None, hang_evidence=evidence)
 
-    def _hang_evidence(self, heartbeats: Path, progress: dict[int, tuple[int, float]]) -> str:
-        if not self.hang_timeout:
+    def _hang_evidence(self, heartbeats: Path, progress: dict[int, tuple[int, float]], started: float) -> str:
+        if not self.hang_timeout and not self.startup_timeout:
             return ""
         now = time.monotonic()
-        for rank, beat in read_heartbeats(heartbeats).items():
+        beats = read_heartbeats(heartbeats)
+        if not beats:
+            # Hang detection watches ranks that beat; before the first beat (imports, the rendezvous, loading a
+            # checkpoint) only this bound does.
+            if self.startup_timeout and now - started > self.startup_timeout:
+                return (f"no rank sent a heartbeat within {self.startup_timeout:.0f} s of the step's start "
+                        "(stuck in imports, the rendezvous or loading a checkpoint?)")
+            return ""
+        if not self.hang_timeout:
+            return ""
+        for rank, beat in beats.items():
             last = progress.get(rank)
             if last is None or beat.step != last[0]:
                 progress[rank] = (beat.step, now)
@@ -334,6 +380,13 @@ class Supervisor:
                   file=sys.stderr, flush=True)
             return 1
         budget = self.run_state.load()
+        completed_in = self._completed_attempt()
+        if completed_in:
+            # Requeued after it completed (a warning or a requeue that came too late): starting the step again
+            # would only have the ranks leave at once, and a peer still in its rendezvous fail.
+            self.decide(COMPLETED, f"attempt {completed_in} completed the run; the step is not started again",
+                        stopped=True)
+            return 0
         if self.attempt not in budget.attempts_seen:
             if budget.attempts_seen and not self.account_for_previous_attempt(budget):
                 return 1
@@ -342,7 +395,7 @@ class Supervisor:
         full = self.storage_full()
         if full:
             self.decide(CHECKPOINT_STORAGE_FULL, f"before the step: {full}; free space there, then resubmit",
-                        free_bytes=_free_bytes(self.checkpoint_dir or self.state_dir.parent))
+                        stopped=True, free_bytes=_free_bytes(self.checkpoint_dir or self.state_dir.parent))
             return 1
         newest_before = _newest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
         nodes = self.allocation_nodes()
@@ -361,8 +414,15 @@ class Supervisor:
                 self.decide(TERMINATED, "Slurm terminated the job (cancelled, a node failed, or the time "
                             "limit); Slurm requeues it if it is requeueable", exit_code=outcome.exit_code)
                 return outcome.exit_code or 143
-            if outcome.exit_code == 0 and not outcome.signalled:
-                self.decide(COMPLETED, f"step exited 0 on {','.join(nodes)}")
+            # Exit 0 is complete unless it answers our stop. A step we stopped is complete when every rank said
+            # it finished its training: the warning came after the last step, and its exit code is our stop's.
+            if outcome.finished and outcome.asked_to_stop:
+                self.decide(COMPLETED, f"every rank finished its training on {','.join(nodes)} before the warning "
+                            f"stopped the step (exit {outcome.exit_code})", stopped=True)
+                return 0
+            if outcome.exit_code == 0 and not outcome.asked_to_stop:
+                late = "; it finished before the warning was passed on" if outcome.signalled else ""
+                self.decide(COMPLETED, f"step exited 0 on {','.join(nodes)}{late}", stopped=True)
                 return 0
             if outcome.signalled:
                 cause = self.warning_cause()
@@ -374,7 +434,7 @@ class Supervisor:
                     return 1
                 self.decide(cause, why, exit_code=outcome.exit_code)
                 return self.requeue()
-            failure = outcome.hang_evidence or f"step exited {outcome.exit_code}"
+            failure = outcome.hang_evidence or exit_evidence(outcome.exit_code, outcome.log_tail)
             if not self.job_running():
                 # Slurm is ending the job (a node it saw die, a cancel): health checks cannot run on a
                 # job being torn down, so they prove nothing about the nodes. Slurm decides what is next.
@@ -384,7 +444,7 @@ class Supervisor:
             full = self.storage_full()
             if full:
                 self.decide(CHECKPOINT_STORAGE_FULL, f"{failure}; {full}: a restart would fail the same way; "
-                            "free space there, then resubmit", exit_code=outcome.exit_code,
+                            "free space there, then resubmit", exit_code=outcome.exit_code, stopped=True,
                             free_bytes=_free_bytes(self.checkpoint_dir or self.state_dir.parent))
                 return outcome.exit_code or 1
             bad = self.unhealthy_nodes(nodes)
@@ -398,7 +458,7 @@ class Supervisor:
                 if budget.application_failures > self.app_retries:
                     self.decide(APPLICATION_ERROR, f"{failure} with all nodes healthy, "
                                 f"{budget.application_failures} times: the application fails; stopping",
-                                exit_code=outcome.exit_code)
+                                exit_code=outcome.exit_code, stopped=True)
                     return outcome.exit_code or 1
                 decision, evidence = APPLICATION_ERROR, (f"{failure} with all nodes healthy: retrying the step "
                                                          f"({budget.application_failures} of {self.app_retries})")
@@ -407,6 +467,15 @@ class Supervisor:
             self.decide(decision, evidence, exit_code=outcome.exit_code)
             try_number += 1
 
+    def _completed_attempt(self) -> str:
+        """An earlier attempt of this job that completed the run, else ''."""
+        for made in runtime.read_decisions(self.run_state.decisions_path):
+            attempt = str(made.get("attempt", ""))
+            if (made.get("decision") == COMPLETED and attempt != self.attempt
+                    and attempt.partition(".")[0] == self.job_id):
+                return attempt
+        return ""
+
     def node_failure(self, evidence: str, bad: dict[str, str], budget: Budget) -> int:
         """Drain the bad nodes with their evidence and requeue, if the budget allows a restart."""
         self.drain(bad)
@@ -414,6 +483,51 @@ class Supervisor:
             return 1
         self.decide(NODE_FAILURE, evidence, nodes=sorted(bad))
         return self.requeue()
+
+
+def exit_evidence(code: int | None, output: str) -> str:
+    """'step exited N', or which rank a signal killed where the launcher's report (torchrun's failure
+    summary, srun's line per task) or the return code (-N, or 128+N from a shell) says so."""
+    # A SIGKILL is the cause; SIGTERMs in the same report are often torchrun's own teardown of the others.
+    reports = sorted(_TORCHRUN_SIGNAL.finditer(output), key=lambda match: match["signal"] != str(int(signal.SIGKILL)))
+    torchrun = reports[0] if reports else None
+    srun = _SRUN_KILLED.search(output)
+    if torchrun:
+        number, who = int(torchrun["signal"]), f"rank {torchrun['rank']} on {torchrun['node']}"
+    elif srun:
+        number, who = signal.SIGKILL, f"task {srun['rank']} on {srun['node']}"
+    elif code is not None and (code < 0 or 128 < code < 128 + signal.NSIG):
+        number, who = abs(code) if code < 0 else code - 128, "the step"
+    else:
+        return f"step exited {code}"
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    hint = " (out of memory?)" if number == signal.SIGKILL else ""
+    return f"{who} killed by {name}{hint}, step exited {code}"
+
+
+def _output_end() -> int | None:
+    """Where the step's output (this process's stderr, which the step inherits) ends now, if it is a file."""
+    try:
+        info = os.fstat(2)
+    except OSError:
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+def _output_since(start: int | None) -> str:
+    """The step's output since `start` (its last LOG_TAIL_BYTES), '' where it did not go to a file."""
+    if start is None:
+        return ""
+    try:
+        with open("/proc/self/fd/2", "rb") as stream:  # stderr is open for writing only: read it anew
+            end = stream.seek(0, os.SEEK_END)
+            stream.seek(max(start, end - LOG_TAIL_BYTES))
+            return stream.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def _newest_checkpoint(directory: Path) -> Path | None:
@@ -462,7 +576,8 @@ def main(argv: list[str] | None = None) -> int:
                             args.hang_timeout, args.health_timeout, args.precheck,
                             max_time_limit_requeues=_bound(args.max_time_limit_requeues),
                             max_preemptions=_bound(args.max_preemptions), signal_lead=args.signal_lead,
-                            checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None)
+                            checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
+                            startup_timeout=args.startup_timeout)
     # Slurm's warning before the time limit (--signal=B:USR1@N), or a preemption notice. The handler
     # only starts a thread: asking Slurm for the time left must not run inside a signal handler.
     signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(target=supervisor.warned, daemon=True).start())

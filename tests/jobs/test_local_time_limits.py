@@ -94,6 +94,24 @@ def test_a_supervised_job_checkpoints_and_requeues_at_each_limit(timed_runs, uni
     assert len(decisions) - 1 >= 2, decisions  # more requeues than a budget of failures would allow
 
 
+@pytest.mark.slow
+def test_a_warning_that_lands_after_the_last_step_does_not_requeue_a_finished_run(local_cluster, workdir,
+                                                                                  uninterrupted_digest):
+    # Rank 0 takes 10 s to exit after its last step (a slow teardown); the warning before the time limit lands
+    # then, as Slurm's does when a run ends close to its limit.
+    spec = timed_spec("finished-when-warned", supervise=True,
+                      env={"TRAIN_STEPS": str(STEPS), "STEP_SECONDS": "0.1", "EXAMPLE_FAULT": "slow-exit"})
+    handle = submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir)
+    processes.wait_until(lambda: f"done: {STEPS} steps" in handle.stdout(), 120, "the last step", interval=0.2)
+    local_cluster.slurm().run("scancel", "--batch", "--signal=USR1", handle.job_id)
+    assert handle.wait(timeout=120, poll=0.5) == "COMPLETED", handle.stdout()[-3000:]
+    made = runtime.read_decisions(workdir / "run/.clusterkit/decisions.jsonl")
+    assert [d["decision"] for d in made] == ["completed"], made
+    assert "every rank finished its training" in made[0]["evidence"] and "before the warning" in made[0]["evidence"]
+    assert len(handle.attempts()) == 1
+    assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest
+
+
 def test_two_jobs_sharing_their_first_node_meet_in_two_stores(local_cluster, workdir):
     jobs = []
     for index in range(2):

@@ -86,3 +86,11 @@ def test_a_full_checkpoint_disk_stops_the_run_with_the_reason_and_a_resubmission
     assert again.wait(timeout=240, poll=0.5) == "COMPLETED", again.stdout()[-3000:]
     assert f"resuming from step {last_good.step}" in again.stdout()
     assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest
+    # The resubmission, as the decision advised, continues the run's history: nothing charged, nothing rewritten.
+    made = runtime.read_decisions(workdir / "run/.clusterkit/decisions.jsonl")
+    assert [(d["decision"], d["job_id"]) for d in made] == [(runtime.CHECKPOINT_STORAGE_FULL, handle.job_id),
+                                                            (runtime.COMPLETED, again.job_id)], made
+    assert json.loads((workdir / "run/.clusterkit/supervisor.json").read_text())["failures"] == 0
+    earlier = subprocess.run([sys.executable, "-m", "clusterkit", "status", handle.job_id, "--cluster",
+                              local_cluster.name, "--output", "json"], capture_output=True, text=True, timeout=60)
+    assert [a["classification"] for a in json.loads(earlier.stdout)["attempts"]] == [runtime.CHECKPOINT_STORAGE_FULL]

@@ -42,3 +42,22 @@ def test_rate_limited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_reading_a_missing_directory(tmp_path: Path) -> None:
     assert read_heartbeats(tmp_path / "absent") == {}
+
+
+def test_a_done_beat_is_written_at_once_and_says_how_many_ranks_there_are(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from clusterkit.resilience.heartbeat import every_rank_done
+
+    monkeypatch.setenv("CLUSTERKIT_HEARTBEAT_DIR", str(tmp_path))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    assert heartbeat(149, min_interval_s=60) is True
+    assert heartbeat(150, min_interval_s=60, done=True) is True  # not dropped by the rate limit
+    monkeypatch.setenv("RANK", "1")
+    assert heartbeat(150, min_interval_s=60) is True
+    beats = read_heartbeats(tmp_path)
+    assert (beats[0].step, beats[0].done, beats[0].world) == (150, True, 2) and not beats[1].done
+    assert not every_rank_done(beats)  # rank 1 has not finished
+    assert heartbeat(150, min_interval_s=0, done=True) is True
+    assert every_rank_done(read_heartbeats(tmp_path))
+    assert not every_rank_done({})

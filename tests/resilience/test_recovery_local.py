@@ -6,6 +6,7 @@ Each test submits examples/train_resilient.py under clusterkit's supervisor and 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +23,13 @@ REPO = Path(__file__).resolve().parents[2]
 from tests.conftest import RESILIENT_STEPS as STEPS
 
 
-def training_spec(fault: str = "", hang_timeout: int = 0, app_retries: int = 1, max_restarts: int = 3) -> dict:
+def training_spec(fault: str = "", hang_timeout: int = 0, app_retries: int = 1, max_restarts: int = 3,
+                  **supervise: int) -> dict:
     return {
         "name": f"train-{fault or 'plain'}", "instance": "local", "nodes": 2, "processes_per_node": 1,
         "launcher": "torchrun", "command": ["examples/train_resilient.py"], "checkpoint_dir": "run",
         "max_restarts": max_restarts, "time": "10",
-        "supervise": {"hang_timeout": hang_timeout, "app_retries": app_retries},
+        "supervise": {"hang_timeout": hang_timeout, "app_retries": app_retries, **supervise},
         "env": {"TRAIN_STEPS": str(STEPS), "STEP_SECONDS": "0.15", "EXAMPLE_FAULT": fault},
         "logs": {"output": "train_%j.out"},
     }
@@ -75,7 +77,10 @@ def test_a_killed_training_process_on_healthy_nodes_is_retried_within_budget(loc
     assert handle.wait(timeout=180, poll=0.5) == "COMPLETED"
     made = [d["decision"] for d in decisions(workdir)]
     assert made == ["application_error", "completed"], made
-    assert "retrying the step (1 of 1)" in decisions(workdir)[0]["evidence"]
+    made_with = decisions(workdir)[0]
+    assert "retrying the step (1 of 1)" in made_with["evidence"]
+    # torchrun's report names the rank (and its host, as torchrun resolves it) and its signal: not "step exited 1"
+    assert re.match(r"rank 1 on \S+ killed by SIGKILL \(out of memory\?\), step exited 1 ", made_with["evidence"])
     assert len(handle.attempts()) == 1  # retried inside the allocation, no requeue
     assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest
 
@@ -97,6 +102,18 @@ def test_a_hung_rank_is_detected_and_the_step_recovers(local_cluster, workdir, u
     made = decisions(workdir)
     assert [d["decision"] for d in made] == ["hang", "completed"], made
     assert "made no progress past step" in made[0]["evidence"]
+    assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest
+
+
+def test_a_step_stuck_before_its_first_heartbeat_is_a_hang_and_recovers(local_cluster, workdir,
+                                                                        uninterrupted_digest):
+    spec = training_spec("stuck-start-once", hang_timeout=8, startup_timeout=25)
+    handle = submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir)
+    assert handle.wait(timeout=240, poll=0.5) == "COMPLETED", handle.stdout()[-3000:]
+    made = decisions(workdir)
+    assert [d["decision"] for d in made] == ["hang", "completed"], made
+    assert "no rank sent a heartbeat within 25 s of the step's start" in made[0]["evidence"]
+    assert len(handle.attempts()) == 1  # retried on the same, healthy, nodes
     assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest
 
 

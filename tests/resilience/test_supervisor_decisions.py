@@ -187,3 +187,166 @@ def test_the_evidence_of_a_requeue_says_whether_the_step_saved(tmp_path, saves: 
     else:
         assert "exited 1 with no new checkpoint; the next attempt repeats the steps since step-00000005" \
             in made[0]["evidence"]
+
+
+def test_a_step_that_finished_before_the_warning_was_passed_on_is_complete(tmp_path, monkeypatch):
+    # The warning lands just after the last step: the step exits 0 by itself before the supervisor looks.
+    monkeypatch.setattr(supervisor_module, "WATCH_S", 30.0)
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
+    slurm.seconds_left = 58
+    step = "import os, signal, time\nos.kill(os.getppid(), signal.SIGUSR1)\ntime.sleep(1)\n"
+    code, made = supervise_with_signals(tmp_path, step, slurm, signal_lead=60)
+    assert code == 0 and [d["decision"] for d in made] == ["completed"], made
+    assert "it finished before the warning was passed on" in made[0]["evidence"]
+    assert slurm.requeued == [] and budget_of(tmp_path).time_limit_requeues == 0
+
+
+FINISHED_THEN_WARNED = ("import os, signal, time\n"
+                        "from clusterkit.resilience import heartbeat\n"
+                        "heartbeat(150, done=True)  # every rank (one here) finished its training\n"
+                        "os.kill(os.getppid(), signal.SIGUSR1)\n"
+                        "time.sleep(60)  # still tearing down (torchrun's exit barrier) when SIGTERM comes\n")
+
+
+def test_a_step_stopped_after_every_rank_finished_is_complete_not_requeued(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
+    slurm.seconds_left = 58
+    code, made = supervise_with_signals(tmp_path, FINISHED_THEN_WARNED, slurm, signal_lead=60)
+    assert code == 0 and [d["decision"] for d in made] == ["completed"], made
+    assert "every rank finished its training" in made[0]["evidence"]
+    assert slurm.requeued == [] and budget_of(tmp_path).time_limit_requeues == 0
+
+
+def test_a_step_stopped_before_every_rank_finished_is_requeued(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")  # rank 1 never said it was done
+    monkeypatch.setenv("RANK", "0")
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
+    slurm.seconds_left = 58
+    code, made = supervise_with_signals(tmp_path, FINISHED_THEN_WARNED, slurm, signal_lead=60)
+    assert [d["decision"] for d in made] == ["time_limit"] and slurm.requeued == ["42"]
+
+
+def test_an_attempt_of_a_run_that_completed_completes_without_starting_the_step(tmp_path, monkeypatch):
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
+    supervise(tmp_path, "raise SystemExit(0)", slurm)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # requeued anyway (a late requeue, an admin)
+    marker = tmp_path / "started"
+    code, made = supervise(tmp_path, f"open({str(marker)!r}, 'w')", slurm)
+    assert code == 0 and not marker.exists()
+    assert [(d["decision"], d["attempt"]) for d in made] == [("completed", "42.0"), ("completed", "42.1")]
+    assert "attempt 42.0 completed the run; the step is not started again" in made[1]["evidence"]
+    assert budget_of(tmp_path).failures == 0
+
+
+def test_a_step_that_never_sends_a_heartbeat_is_a_hang_after_the_startup_timeout(tmp_path):
+    marker = tmp_path / "stuck-once"
+    step = (f"import pathlib, time\nm = pathlib.Path({str(marker)!r})\n"
+            f"if m.exists(): raise SystemExit(0)\n"
+            f"m.write_text('x'); time.sleep(120)  # stuck in the rendezvous, no heartbeat ever\n")
+    code, made = supervise(tmp_path, step, ScriptedSlurm(queued={"42": "RUNNING"}), hang_timeout=0,
+                           startup_timeout=2)
+    assert code == 0 and [d["decision"] for d in made] == ["hang", "completed"], made
+    assert "no rank sent a heartbeat within 2 s of the step's start" in made[0]["evidence"]
+    assert budget_of(tmp_path).failures == 1
+
+
+@pytest.mark.parametrize(("hang_timeout", "startup_timeout", "bound"),
+                         [(0, None, 0), (8, None, 1800), (1000, None, 3000), (8, 60, 60), (600, 0, 0)])
+def test_the_startup_bound_defaults_only_where_heartbeats_are_expected(hang_timeout, startup_timeout, bound):
+    assert runtime.startup_timeout_for(hang_timeout, startup_timeout) == bound
+
+
+def storage_full_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slurm: ScriptedSlurm) -> list[dict]:
+    """Job 41 stops with checkpoint_storage_full (its disk full before the step); its decisions."""
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    with monkeypatch.context() as full:
+        full.setattr(Supervisor, "storage_full", lambda self: "0.5 MiB free of 50 MiB on run")
+        code, made = supervise(tmp_path, "raise SystemExit(0)", slurm)
+    assert code == 1 and [d["decision"] for d in made] == ["checkpoint_storage_full"]
+    return made
+
+
+def test_a_resubmission_after_the_supervisors_own_stop_keeps_history_and_charges_nothing(tmp_path, monkeypatch):
+    from clusterkit.jobs.attempts import merge_attempts
+    from clusterkit.slurm import AccountingRecord
+
+    slurm = ScriptedSlurm(queued={"43": "RUNNING"})
+    slurm.attempts["41"] = ["FAILED"]
+    storage_full_once(tmp_path, monkeypatch, slurm)
+    monkeypatch.setenv("SLURM_JOB_ID", "43")  # space freed, then resubmitted, as the decision advised
+    code, made = supervise(tmp_path, "raise SystemExit(0)", slurm)
+    assert code == 0
+    assert [(d["decision"], d["attempt"]) for d in made] == [("checkpoint_storage_full", "41.0"),
+                                                             ("completed", "43.0")]
+    assert budget_of(tmp_path).failures == 0 and budget_of(tmp_path).attempts_seen == ["41.0", "43.0"]
+    earlier = merge_attempts("41", [AccountingRecord("41", "j", "FAILED", "1:0", "n1", "T1", "T2")], {}, made)
+    assert [a.classification for a in earlier] == ["checkpoint_storage_full"]
+
+
+def test_a_resubmission_after_slurm_ended_the_run_says_so_and_spends(tmp_path, monkeypatch):
+    state = RunState(tmp_path / "state")
+    state.open()
+    state.save(Budget(attempts_seen=["41.0"]))
+    slurm = ScriptedSlurm(queued={"43": "RUNNING"})
+    slurm.attempts["41"] = ["NODE_FAIL"]  # not requeued by Slurm; `watch --resubmit` made job 43
+    monkeypatch.setenv("SLURM_JOB_ID", "43")
+    code, made = supervise(tmp_path, "raise SystemExit(0)", slurm)
+    assert [(d["decision"], d["attempt"]) for d in made] == [("node_failure", "41.0"), ("completed", "43.0")]
+    assert "attempt 41.0 ended NODE_FAIL and the run was resubmitted as job 43" in made[0]["evidence"]
+    assert budget_of(tmp_path).failures == 1
+
+
+@pytest.fixture
+def step_output(tmp_path: Path):
+    """The supervisor's stderr (which its step inherits) as a file, as in a Slurm job: the file's path."""
+    import os
+
+    path = tmp_path / "job.out"
+    saved = os.dup(2)
+    with open(path, "wb") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield path
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+TORCHRUN_REPORT = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train_resilient.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2025-01-01_00:00:00
+  host      : n2
+  rank      : 1 (local_rank: 0)
+  exitcode  : -9 (pid: 4242)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4242
+============================================================
+"""
+
+
+@pytest.mark.parametrize(("step", "earlier", "evidence"), [
+    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "",
+     "the step killed by SIGKILL (out of memory?), step exited -9"),
+    ("raise SystemExit(137)", "", "the step killed by SIGKILL (out of memory?), step exited 137"),
+    (f"import sys; sys.stderr.write({TORCHRUN_REPORT!r}); raise SystemExit(1)", "",
+     "rank 1 on n2 killed by SIGKILL (out of memory?), step exited 1"),
+    ("import sys; sys.stderr.write('srun: error: n2: task 1: Killed\\n'); raise SystemExit(1)", "",
+     "task 1 on n2 killed by SIGKILL (out of memory?), step exited 1"),
+    ("raise SystemExit(3)", "srun: error: n1: task 0: Killed\n", "step exited 3 with all nodes healthy"),
+], ids=["signal", "shell", "torchrun", "srun", "an-earlier-step"])
+def test_a_rank_killed_by_sigkill_is_named_not_exited_1(tmp_path, step_output, step: str, earlier: str,
+                                                        evidence: str):
+    with open(step_output, "a") as log:  # what an earlier step of the job left in the log
+        log.write(earlier)
+    code, made = supervise(tmp_path, step, ScriptedSlurm(queued={"42": "RUNNING"}), app_retries=0)
+    assert [d["decision"] for d in made] == ["application_error"]
+    assert made[0]["evidence"].startswith(evidence), made[0]["evidence"]
