@@ -36,7 +36,7 @@ from clusterkit.cluster.spec import (
     QueueSpec,
     uses_reserved_capacity,
 )
-from clusterkit.findings import Finding, Level, similar_names
+from clusterkit.findings import Finding, Level, shorten, similar_names
 from clusterkit.rules import RuleBook
 
 CLUSTER_RULES: RuleBook[ClusterSpec] = RuleBook("cluster")
@@ -124,6 +124,9 @@ SLURM_DENIED_WITH_ACCOUNTING = frozenset((
 ))
 SLURM_DENIED_NODE_SETTINGS = frozenset(("cpus", "gres", "nodeaddr", "nodehostname", "nodename", "state", "weight"))
 SLURM_KEY_RE = r"[A-Za-z][A-Za-z0-9]*"
+# A slurm.conf value: one word, or all of it in double quotes. Outside quotes a space ends the value and what
+# follows is read as the line's next `Key=value`; `#` starts a comment even inside quotes (a separate check).
+SLURM_VALUE_RE = r'[^\s"]*|"[^"]*"'
 # A value that hides a second `Key=value` (slurm.conf lines hold several, separated by spaces).
 SLURM_SECOND_SETTING_RE = r"\s[A-Za-z][A-Za-z0-9]*="
 LOG_RETENTION_DAYS = (0, 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653)
@@ -868,9 +871,17 @@ def _slurm_settings_findings(path: str, settings: dict[str, str], denied: frozen
         elif key.lower() in denied:
             yield _error(field, f"ParallelCluster manages {key} itself and rejects it at {level} level",
                          f"remove {key}", value)
-        if re.search(SLURM_SECOND_SETTING_RE, value):
-            yield _error(field, "the value hides a second `Key=value` setting (slurm.conf reads every word of a "
-                         "line)", "give each setting its own key", value)
+        if "#" in value:
+            yield _error(field, f"{shorten(value)!r} holds `#`, which starts a comment in slurm.conf even inside "
+                         "quotes: the value would end there", "remove the `#`", value)
+        elif not _full(SLURM_VALUE_RE, value):
+            if re.search(SLURM_SECOND_SETTING_RE, value):
+                yield _error(field, "the value hides a second `Key=value` setting (slurm.conf reads every word of a "
+                             "line)", "give each setting its own key", value)
+            else:
+                yield _error(field, f"{shorten(value)!r}: a space outside double quotes ends a slurm.conf value (the "
+                             'rest is read as another setting), and a `"` may only wrap the whole value',
+                             'write one word, or wrap the whole value in double quotes ("a b")', value)
 
 
 @rule
