@@ -287,17 +287,25 @@ def home(transport: Transport) -> str:
 
 def upload(transport: Transport, source: Path, names: list[str], destination: str,
            also_make: tuple[str, ...] = ()) -> None:
-    """Copy the files `names` (relative to `source`) into `destination` there, as one tar stream (and
-    make the directories `also_make` in the same round trip)."""
-    import io
+    """Copy the files `names` (relative to `source`; links stay links, nothing else but regular files goes)
+    into `destination` there, as one tar stream (and make the directories `also_make` in the same round
+    trip). The stream is spooled to a temporary file and handed over memory-mapped, never held in memory."""
+    import mmap
     import tarfile
 
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", dereference=True) as archive:
-        for name in names:
-            archive.add(source / name, arcname=name, recursive=False)
-    result = transport.run(["sh", "-c", 'mkdir -p "$@" && tar -xzf - -C "$1"', "sh", destination, *also_make],
-                           input_bytes=buffer.getvalue(), timeout=600)
+    def plain(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        # A file swapped for a FIFO or a device since it was planned is left out, never opened.
+        return member if member.isreg() or member.issym() else None
+
+    with tempfile.TemporaryFile() as spool:
+        with tarfile.open(fileobj=spool, mode="w:gz") as archive:
+            for name in names:
+                archive.add(source / name, arcname=name, recursive=False, filter=plain)
+        spool.flush()
+        # The files belong to whoever unpacks them there (--no-same-owner), never to a uid from here.
+        command = ["sh", "-c", 'mkdir -p "$@" && tar -xzf - --no-same-owner -C "$1"', "sh", destination, *also_make]
+        with mmap.mmap(spool.fileno(), 0, access=mmap.ACCESS_READ) as stream:
+            result = transport.run(command, input_bytes=stream, timeout=600)  # type: ignore[arg-type] # a buffer
     _check(result, f"cannot unpack the job's files into {destination} on {transport.label}")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from clusterkit.cli.output import print_findings, print_json, print_table, progress
 
@@ -83,21 +82,21 @@ def submit_spec(args: argparse.Namespace) -> int:
     if args.output == "table":
         print_findings([f for f in plan.findings if f.level is Level.WARNING], sys.stderr)
     handle = submit_plan(plan)
-    if plan.uploads and args.output == "table":
-        size = sum((Path(plan.upload_from or ".") / name).stat().st_size for name in plan.uploads)
-        progress(f"copied {len(plan.uploads)} files ({size / 1024:.0f} KiB) to {handle.transport.label}:{plan.workdir}")
+    if plan.upload_from is not None and args.output == "table":
+        progress(plan.uploads.summary(f"{handle.transport.label}:{plan.workdir}"))
+    copied = plan.uploads.to_dict() if plan.upload_from is not None else {}
     warnings = [f.to_dict() for f in plan.findings if f.level is Level.WARNING]
     if not args.wait:
         if args.output == "json":
             print_json({"job_id": handle.job_id, "cluster": handle.cluster, "stdout": str(handle.stdout_path),
-                        "workdir": plan.workdir, "copied": list(plan.uploads), "warnings": warnings})
+                        "workdir": plan.workdir, **copied, "warnings": warnings})
         else:
             print(f"submitted job {handle.job_id} to cluster {handle.cluster!r}; log: {handle.stdout_path}")
         return 0
     state = handle.wait(progress=progress if args.output == "table" else None)
     if args.output == "json":
         print_json({"job_id": handle.job_id, "cluster": handle.cluster, "state": state,
-                    "stdout": str(handle.stdout_path), "warnings": warnings})
+                    "stdout": str(handle.stdout_path), **copied, "warnings": warnings})
     return 0 if state == "COMPLETED" else 1
 
 

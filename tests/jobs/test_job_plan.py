@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ from clusterkit import registry
 from clusterkit.cluster import preset, render_config
 from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Level
-from clusterkit.jobs.plan import PlanRefused, plan_job, submit
+from clusterkit.jobs.plan import PlanRefused, SyncSet, files_to_sync, plan_job, submit
 from clusterkit.providers.aws.cluster import queue_instance_types
 
 from tests.golden import assert_matches_golden
@@ -100,3 +102,107 @@ def test_examples_plan_without_errors(home: Path) -> None:
     for path in sorted((REPO_ROOT / "examples" / "jobs").glob("*.yaml")):
         plan = plan_job(load_job(path), None, workdir=home, need_cluster=False)
         assert plan.script is not None, [str(f) for f in plan.findings]
+
+
+def refused_reasons(synced) -> dict[str, str]:  # noqa: ANN001 - a SyncSet
+    return dict(synced.refused)
+
+
+def test_a_walk_keeps_links_inside_as_links_and_refuses_every_other(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    (work / "src" / "pkg").mkdir(parents=True)
+    (work / "src" / "pkg" / "model.py").write_text("x = 1\n")
+    (work / "src" / "latest.py").symlink_to("pkg/model.py")
+    (work / "src" / "lib").symlink_to("pkg")  # a directory link: kept, not entered
+    (work / "src" / "abs.py").symlink_to(work / "src" / "pkg" / "model.py")  # would not hold on the cluster
+    (work / "src" / "around.py").symlink_to("../../work/src/pkg/model.py")  # back in through this directory's name
+    (work / "src" / "gone.py").symlink_to("nothing-here.py")
+    (work / "src" / "a").symlink_to("b")
+    (work / "src" / "b").symlink_to("a")
+    (work / "src" / "root").symlink_to("/")
+    os.mkfifo(work / "src" / "pipe")  # opened, a FIFO would block the copy
+    (work / "src" / "__pycache__").mkdir()
+    (work / "src" / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    findings: list = []
+    synced = files_to_sync(work, ["src"], findings)
+    assert synced.names == ("src/latest.py", "src/lib", "src/pkg/model.py") and synced.links == 2
+    assert synced.size == len("x = 1\n")
+    assert refused_reasons(synced) == {
+        "src/a": "a link loop", "src/b": "a link loop", "src/abs.py": "a link with an absolute target",
+        "src/around.py": "a link that leaves the directory", "src/gone.py": "a link to nothing",
+        "src/root": "a link that leaves the directory", "src/pipe": "not a regular file"}
+    assert all(f.level is Level.WARNING and f.rule == "job.sync-refused" for f in findings)
+    assert any("a link loop: src/a, src/b" in f.message and f.fix == "remove the loop" for f in findings)
+
+
+@pytest.mark.parametrize(("name", "problem"), [
+    ("", "an empty path names nothing to copy"),
+    ("/etc/hostname", "is outside"),
+    ("../work2", "is outside"),
+    ("src/../..", "is outside"),
+    ("missing.py", "is not a file or directory"),
+    ("out", "a link that leaves the directory"),
+    ("out/x", "under a link"),
+])
+def test_a_sync_path_that_cannot_go_is_an_error_naming_it(tmp_path: Path, name: str, problem: str) -> None:
+    work = tmp_path / "work"
+    (work / "src").mkdir(parents=True)
+    (tmp_path / "work2").mkdir()
+    (tmp_path / "work2" / "x").write_text("not the job's\n")
+    (work / "out").symlink_to(tmp_path / "work2")
+    findings: list = []
+    synced = files_to_sync(work, [name], findings)
+    (error,) = findings
+    assert synced.names == () and error.level is Level.ERROR and error.rule == "job.sync" and error.path == "sync"
+    assert problem in error.message and error.value == name and error.fix
+
+
+def test_sync_paths_are_taken_relative_to_the_directory_once_each(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("print(1)\n")
+    findings: list = []
+    synced = files_to_sync(tmp_path, [str(tmp_path / "src" / "train.py"), "src", "./src/train.py", "."], findings)
+    assert synced.names == ("src/train.py",) and findings == []
+
+
+def test_more_than_the_cap_is_an_error_naming_the_largest_files(tmp_path: Path) -> None:
+    for name, size in (("small.py", 10), ("weights.bin", 3000), ("data.bin", 2000)):
+        with open(tmp_path / name, "wb") as stream:
+            stream.truncate(size)
+    findings: list = []
+    files_to_sync(tmp_path, ["."], findings, max_bytes=4096)
+    (error,) = findings
+    assert error.level is Level.ERROR and error.rule == "job.sync-size" and "more than 4.0 KiB" in error.message
+    assert "weights.bin (2.9 KiB), data.bin (2.0 KiB)" in error.message and "--sync PATH" in error.fix
+
+
+def test_without_sync_only_git_tracked_files_go_and_the_untracked_are_named(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("a\n")
+    (tmp_path / "train.py").write_text("t\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "."], check=True)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "scratch" / "big.bin").write_bytes(b"\0" * 100)
+    # A tracked directory swapped for a link since: what git lists under it is not read through the link.
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "pkg").rename(tmp_path / "elsewhere" / "pkg")
+    (tmp_path / "pkg").symlink_to(tmp_path / "elsewhere" / "pkg")
+    findings: list = []
+    synced = files_to_sync(tmp_path, None, findings)
+    assert synced.names == ("train.py",) and synced.size == 2
+    assert dict(synced.skipped) == {"elsewhere/": "untracked", "notes.txt": "untracked", "pkg": "untracked",
+                                    "scratch/": "untracked"}
+    assert refused_reasons(synced) == {"pkg/a.py": "under a link"}
+    (untracked,) = [f for f in findings if f.rule == "job.sync-untracked"]
+    assert untracked.level is Level.WARNING and "4 untracked path(s)" in untracked.message
+    assert "git add" in untracked.fix
+
+
+def test_the_summary_counts_files_links_and_bytes_and_names_what_stayed() -> None:
+    synced = SyncSet(names=("a.py", "b.py", "lib"), size=12_600, links=1,
+                     refused=tuple((f"x{i}", "a link loop") for i in range(7)))
+    assert synced.summary("host:/runs/r") == ("copied 2 files and 1 link, 12.3 KiB to host:/runs/r; "
+                                              "refused 7: x0, x1, x2, x3, x4 and 2 more")
+    assert SyncSet(names=("a.py",), size=812).summary("h:/r") == "copied 1 file, 812 B to h:/r"
