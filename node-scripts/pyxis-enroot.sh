@@ -6,7 +6,9 @@
 #
 # head:     enroot on this node, and pyxis for the whole cluster (/opt/slurm/etc is shared with every node)
 # compute:  enroot on this node, pyxis's runtime directory, and a PATH for the enroot that slurmd starts
-# DIR holds enroot's container data and layer cache (local NVMe where the node has it).
+# DIR holds enroot's container data and layer cache (local NVMe where the node has it); every user may write it, so
+# it is a directory of its own: never a system directory or a mount point, reached through directories only root
+# may change, made here (or by an earlier run).
 # CLUSTERKIT_NODE_ROOT prefixes every path the script reads or writes (tests point it at a scratch tree).
 set -euo pipefail
 umask 022
@@ -14,6 +16,74 @@ umask 022
 die() {
     printf 'pyxis-enroot.sh: %s\n' "$1" >&2
     exit 2
+}
+
+# The system directories and ParallelCluster's own mount points. clusterkit.cluster.node_scripts holds the same
+# lists (a test keeps them equal), so that this script refuses them on its own, also when run by hand.
+system_trees=(
+    /bin /boot /dev /etc /lib /lib32 /lib64 /libx32 /proc /root /run /sbin /sys /tmp /usr
+    /opt/amazon /opt/aws /opt/intel /opt/parallelcluster /opt/slurm
+    /var/adm /var/cache /var/crash /var/db /var/empty /var/lib /var/local /var/lock /var/log /var/mail /var/opt
+    /var/run /var/spool /var/tmp /var/yp
+)
+system_dirs=(/media /mnt /srv)
+node_mount_points=(/scratch /home)
+
+# DIR (absolute, plain, normalised) must be a directory of its own: no system directory, nothing inside one of
+# system_trees, no mount point, and none of these below it.
+own_dir_or_die() {
+    local option=$1 dir=$2 system
+    for system in "${system_trees[@]}" "${system_dirs[@]}"; do
+        if [ "$dir" = "$system" ]; then
+            die "$option $dir is a system directory: pass a directory of its own"
+        elif [[ "$system" == "$dir"/* ]]; then
+            die "$option $dir holds the system directory $system: pass a directory of its own"
+        fi
+    done
+    for system in "${system_trees[@]}"; do
+        if [[ "$dir" == "$system"/* ]]; then
+            die "$option $dir is inside the system directory $system: pass a directory of its own"
+        fi
+    done
+    for system in "${node_mount_points[@]}"; do
+        if [ "$dir" = "$system" ] || [[ "$system" == "$dir"/* ]]; then
+            die "$option $dir is or holds the mount point $system: pass a directory of its own below it"
+        fi
+    done
+}
+
+me=$(id -u)
+
+# Whether PATH is a real directory (no symlink) owned by root (who runs this) that no one else may write to; with
+# sticky-ok, one that is sticky will do too (/tmp, ParallelCluster's /scratch): others cannot replace root's entries.
+trusted_dir() {
+    local path=$1 sticky=${2:-} owner_mode owner mode
+    if [ -L "$path" ] || [ ! -d "$path" ]; then
+        return 1
+    fi
+    owner_mode=$(stat -c '%u %a' -- "$path")
+    owner=${owner_mode% *}
+    mode=$((8#${owner_mode#* }))
+    [ "$owner" = "$me" ] && { (((mode & 8#022) == 0)) || { [ "$sticky" = sticky-ok ] && ((mode & 8#1000)); }; }
+}
+
+# Create the missing directories above DIR (mode 0755), after checking those there are: a symlink, or a directory
+# someone else may change, on the way could send this script anywhere. mkdir, never -p: it fails on what appears
+# meanwhile instead of following it.
+make_parents() {
+    local dir=$1 path="" part
+    local -a parts
+    IFS=/ read -r -a parts <<<"${dir#/}"
+    trusted_dir "$root/" sticky-ok || die "/ is not a directory only root may change"
+    for part in "${parts[@]:0:${#parts[@]}-1}"; do
+        path="$path/$part"
+        if [ -e "$root$path" ] || [ -L "$root$path" ]; then
+            trusted_dir "$root$path" sticky-ok ||
+                die "$path is a symlink, or a directory root does not own or others may change: not creating $dir"
+        else
+            mkdir -m 0755 -- "$root$path"
+        fi
+    done
 }
 
 role=""
@@ -42,6 +112,7 @@ esac
 case "$enroot_dir/" in
     */./* | */../* | *//*) die "--enroot-dir must not hold empty, . or .. segments" ;;
 esac
+own_dir_or_die --enroot-dir "$enroot_dir"
 
 root=${CLUSTERKIT_NODE_ROOT:-}
 examples="$root/opt/parallelcluster/examples"
@@ -49,8 +120,18 @@ for file in enroot/enroot.conf spank/plugstack.conf pyxis/pyxis.conf; do
     [ -f "$examples/$file" ] || die "$examples/$file is missing: this image has no ParallelCluster >= 3.11 pyxis/enroot"
 done
 
-# enroot: runtime state in RAM (/run), container data and the layer cache under DIR, per user and group.
-install -d -m 1777 "$root$enroot_dir" "$root$enroot_dir/data" "$root$enroot_dir/cache"
+# enroot: runtime state in RAM (/run), container data and the layer cache under DIR, per user and group. Every user
+# may write DIR (mode 1777): it is made here, or it is what an earlier run made, never a directory that was there.
+make_parents "$enroot_dir"
+for dir in "$enroot_dir" "$enroot_dir/data" "$enroot_dir/cache"; do
+    if [ ! -e "$root$dir" ] && [ ! -L "$root$dir" ]; then
+        mkdir -m 1777 -- "$root$dir"
+    elif ! trusted_dir "$root$dir" sticky-ok || [ "$(stat -c %a -- "$root$dir")" != 1777 ] ||
+        mountpoint -q -- "$root$dir"; then
+        die "$dir is there and is not what this script makes (root's, mode 1777, no symlink or mount point): \
+remove it or pass another --enroot-dir"
+    fi
+done
 install -d -m 0755 "$root/etc/enroot"
 conf="$root/etc/enroot/enroot.conf"
 {

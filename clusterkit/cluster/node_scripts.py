@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from clusterkit.cluster.spec import DEFAULT_SHARED_DIR, EPHEMERAL_MOUNT_DIR
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.resources import data_dir
 
@@ -39,6 +40,35 @@ NEURON_PACKAGES = {
     "collectives": "2.30.59.0",  # aws-neuronx-collectives
     "tools": "2.28.23.0",  # aws-neuronx-tools
 }
+
+# The one list of system directories. No root node script creates, makes world-writable or replaces one of
+# SYSTEM_TREES or anything below it, nor of SYSTEM_DIRS, nor a directory that holds one (`/`, `/opt`, `/var`),
+# and no storage is mounted on any of them. Each node script that takes a directory holds the same lists (a test
+# keeps them equal), so that it refuses them on its own when run by hand.
+SYSTEM_TREES = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/root", "/run", "/sbin", "/sys",
+    "/tmp", "/usr", "/opt/amazon", "/opt/aws", "/opt/intel", "/opt/parallelcluster", "/opt/slurm", "/var/adm",
+    "/var/cache", "/var/crash", "/var/db", "/var/empty", "/var/lib", "/var/local", "/var/lock", "/var/log",
+    "/var/mail", "/var/opt", "/var/run", "/var/spool", "/var/tmp", "/var/yp",
+)
+# Refused themselves, their subdirectories free: ParallelCluster's reserved mount directories outside SYSTEM_TREES.
+SYSTEM_DIRS = ("/media", "/mnt", "/srv")
+# Mount points of every ParallelCluster node, whatever the spec mounts: the instance store and the shared /home.
+NODE_MOUNT_POINTS = (EPHEMERAL_MOUNT_DIR, DEFAULT_SHARED_DIR)
+
+
+def system_dir_problem(path: str) -> str | None:
+    """Why an absolute, normalised path belongs to the system (it is one of the system directories, lies inside
+    one of SYSTEM_TREES, or holds one of them), or None."""
+    for system in SYSTEM_TREES + SYSTEM_DIRS:
+        if path == system:
+            return f"{path} is a system directory"
+        if system in SYSTEM_TREES and path.startswith(system + "/"):
+            return f"{path} is inside the system directory {system}"
+        if system.startswith(path.rstrip("/") + "/"):
+            return f"{path} holds the system directory {system}"
+    return None
+
 
 _URL_RE = re.compile(rf"s3://(?P<bucket>[a-z0-9.-]+)/{KEY_PREFIX}/sha256-(?P<sha>[0-9a-f]{{64}})/(?P<name>[a-z0-9.-]+)")
 

@@ -18,6 +18,7 @@ from clusterkit.cluster.prerequisites import DATABASE_PORT, DATABASE_USER
 from clusterkit.cluster.spec import (
     DEFAULT_DELETION_POLICY,
     DEFAULT_SCRIPTS_BUCKET,
+    DEFAULT_SHARED_DIR,
     DEFAULT_SSH_CIDR,
     EPHEMERAL_MOUNT_DIR,
     PARALLELCLUSTER_VERSION,
@@ -47,8 +48,6 @@ PLACEHOLDER_ACCOUNT = "000000000000"
 PLACEHOLDER_DATABASE_URI = f"clusterkit-accounting.invalid:{DATABASE_PORT}"
 PLACEHOLDER_SECRET_NAME = "clusterkit-accounting-000000"
 PLAIN_PATH_RE = re.compile(r"(/[A-Za-z0-9._-]+)+")
-# Where shared storage is mounted when the spec has none: ParallelCluster shares /home from the head node.
-DEFAULT_SHARED_DIR = "/home"
 
 Config = dict[str, Any]
 

@@ -30,6 +30,8 @@ DEFAULT_LUSTRE_THROUGHPUT = 250  # MB/s per TiB, for PERSISTENT_* only
 DEFAULT_DELETION_POLICY = "Retain"
 # ParallelCluster mounts the instance-store NVMe here; enroot's data belongs there, not on the root volume.
 EPHEMERAL_MOUNT_DIR = "/scratch"
+# Where shared storage is mounted when the spec has none: ParallelCluster shares /home from the head node.
+DEFAULT_SHARED_DIR = "/home"
 # Where enroot keeps its data on nodes without instance storage (head node, CPU queues).
 ROOT_VOLUME_ENROOT_DIR = "/var/enroot"
 # AWS-managed policies every node role gets unless the spec names its own: SSM Session Manager (reach

@@ -19,14 +19,17 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from clusterkit import offerings
+from clusterkit.cluster.node_scripts import NODE_MOUNT_POINTS, system_dir_problem
 from clusterkit.cluster.render import PLACEHOLDER_ACCOUNT, clusterkit_venv, enroot_dir, installs_neuron
 from clusterkit.cluster.spec import (
     DEFAULT_SCRIPTS_BUCKET,
+    DEFAULT_SHARED_DIR,
     DEFAULT_SSH_CIDR,
     EPHEMERAL_MOUNT_DIR,
     NETWORK_CREATE,
     NETWORK_EXISTING,
     NETWORK_MODES,
+    ROOT_VOLUME_ENROOT_DIR,
     ClusterSpec,
     ComputeSpec,
     CustomActionsSpec,
@@ -102,11 +105,6 @@ TAG_KEY_MAX = 128
 TAG_VALUE_MAX = 256
 TAG_PUNCTUATION = frozenset(" _.:/=+-@")  # AWS tags: letters, digits, spaces and these
 MAX_TAGS = 40
-RESERVED_MOUNT_DIRS = frozenset((
-    "/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/media", "/mnt", "/opt", "/opt/parallelcluster",
-    "/opt/parallelcluster/shared", "/opt/parallelcluster/shared_login_nodes", "/opt/slurm", "/opt/intel",
-    "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var",
-))
 # ParallelCluster's path pattern: no empty, "." or ".." segments, no trailing "/", no "\" at a segment start.
 MOUNT_DIR_RE = r"/?[^/.\\][^/\\]*(/[^/.\\][^/]*)*"
 # A path clusterkit passes to a root shell script and to enroot's shell-expanded configuration.
@@ -135,8 +133,14 @@ DATABASE_URI_RE = r"(?P<host>[A-Za-z0-9.-]+)(:(?P<port>\d{1,5}))?"
 DATABASE_USER_RE = r"[A-Za-z0-9_.@-]{1,32}"  # one word: it lands in slurmdbd.conf
 SCRIPT_URL_RE = r"(s3|https)://[^\s]+"
 SECURITY_GROUP_RE = r"sg-([0-9a-f]{8}|[0-9a-f]{17})"
-# One requirement or URL, as the node script accepts it (it checks again): never an option, never two words.
-PIP_REQUIREMENT_RE = r"[A-Za-z0-9][A-Za-z0-9._+!=<>~,:/@%-]*"
+# What the head node's pip installs as root, as clusterkit-venv.sh accepts it (it checks again): a project of the
+# package index (name, extras, version specifiers) or an https:// URL. Never another scheme (http://, file://,
+# git+...), a local path or archive (pip installs `x.whl` from the working directory), an option or two words.
+_PIP_NAME = r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?"
+_PIP_VERSION = r"(===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+"
+PIP_REQUIREMENT_RE = rf"{_PIP_NAME}(\[{_PIP_NAME}(,{_PIP_NAME})*\])?({_PIP_VERSION}(,{_PIP_VERSION})*)?"
+PIP_URL_RE = r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[A-Za-z0-9._~%+=,!@:/-]*"
+PIP_ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz")
 POLICY_ARN_RE = r"arn:aws[a-z-]*:iam::(aws|\d{12}):policy/[\w+=,.@/-]{1,512}"
 POLICY_NAME_RE = r"[\w+=,.@-]{1,128}"
 BUCKET_RE = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
@@ -720,8 +724,10 @@ def mount_dirs(spec: ClusterSpec) -> Iterator[Finding]:
             yield _warning(field, "a mount_dir with a space breaks every script and job path that does not quote it",
                            "use '-' or '_' instead of spaces", mount_dir)
         normalized = _normalized_mount_dir(mount_dir)
-        if normalized in RESERVED_MOUNT_DIRS:
-            yield _error(field, f"{normalized} is a system directory", "mount at /fsx, /data or /home", mount_dir)
+        problem = system_dir_problem(normalized)
+        if problem:
+            yield _error(field, f"{problem}: storage mounted there hides what the nodes need",
+                         "mount at /fsx, /data or /home", mount_dir)
             continue
         for other_path, other in seen:
             if normalized == other:
@@ -833,8 +839,11 @@ def network(spec: ClusterSpec) -> Iterator[Finding]:
 @rule
 def clusterkit_on_nodes(spec: ClusterSpec) -> Iterator[Finding]:
     package = spec.clusterkit.package
-    if package is not None and not _full(PIP_REQUIREMENT_RE, package):
-        yield _error("clusterkit.package", "the package is one pip requirement or URL (no spaces, not an option)",
+    by_name = package is not None and _full(PIP_REQUIREMENT_RE, package) and not package.endswith(PIP_ARCHIVE_SUFFIXES)
+    if package is not None and not by_name and not _full(PIP_URL_RE, package):
+        yield _error("clusterkit.package", f"{shorten(package)!r} is neither one requirement of the package index nor "
+                     "an https:// URL (root installs it on the head node: no other scheme, local file, option or "
+                     "second word)",
                      "e.g. clusterkit==0.1.0 or https://example.com/clusterkit-0.1.0-py3-none-any.whl", package)
     if spec.clusterkit.install:
         yield _info("clusterkit.install", f"the head node installs clusterkit into {clusterkit_venv(spec)} (shared "
@@ -980,8 +989,19 @@ def pyxis(spec: ClusterSpec) -> Iterator[Finding]:
                      "and '/' (enroot reads it through a shell), without '.' or '..' parts",
                      f"e.g. {EPHEMERAL_MOUNT_DIR}/enroot", directory)
         return
+    # The node script makes the directory writable by every user (mode 1777), as root on every node: it must be
+    # enroot's own, never the system's or a mount point (nor hold one).
     shared = {_normalized_mount_dir(mount) for _, _, mount in _storage_entries(spec)}
-    if any(directory == mount or directory.startswith(mount + "/") for mount in shared):
+    mounts = sorted(shared | set(NODE_MOUNT_POINTS))
+    problem = system_dir_problem(directory) or next(
+        (f"{directory} {'is' if directory == mount else 'holds'} the mount point {mount}" for mount in mounts
+         if directory == mount or mount.startswith(directory + "/")), None)
+    if problem:
+        yield _error("pyxis.enroot_dir", f"{problem}: the node script would make it writable by every user (mode "
+                     "1777), as root on every node", "use a directory of enroot's own, e.g. "
+                     f"{EPHEMERAL_MOUNT_DIR}/enroot (local NVMe) or {ROOT_VOLUME_ENROOT_DIR}", directory)
+        return
+    if any(directory.startswith(mount + "/") for mount in shared | {DEFAULT_SHARED_DIR}):
         yield _warning("pyxis.enroot_dir", "enroot data on shared storage is slow and fills it",
                        f"keep enroot_dir on local NVMe ({EPHEMERAL_MOUNT_DIR}/enroot)", directory)
     for q, queue in enumerate(spec.queues):

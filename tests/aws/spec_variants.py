@@ -544,4 +544,16 @@ STRICTER: list[Stricter] = [
              "the database user is written into slurmdbd.conf, where a second word is a second setting"),
     Stricter(V("scripts-bucket-malformed", {"scripts_bucket": "Team_Scripts"}),
              "not an S3 bucket name: clusterkit's node scripts could not be uploaded"),
+    Stricter(V("pyxis-enroot-etc", {"pyxis.enroot_dir": "/etc"}),
+             "the enroot directory reaches a root node script that makes it writable by every user (mode 1777): "
+             "/etc so, and every user is root"),
+    Stricter(V("pyxis-enroot-on-mount-point", {"pyxis.enroot_dir": "/fsx"}),
+             "the same for the root of the shared file system"),
+    Stricter(V("mount-dir-usr-local", {f"{FSX}.mount_dir": "/usr/local"}),
+             "storage mounted inside a system directory hides what the image installed there (ParallelCluster "
+             "reserves /usr itself only)"),
+    Stricter(V("clusterkit-package-http", {"clusterkit.package": "http://example.com/clusterkit-0.1.0.tar.gz"}),
+             "root on the head node would install a wheel fetched without TLS"),
+    Stricter(V("slurm-value-comment", {"slurm.custom_settings": {"MaxJobCount": "50000 # enough"}}),
+             "`#` starts a comment in slurm.conf: the setting is not what the spec says"),
 ]

@@ -18,6 +18,7 @@ from pathlib import Path
 FAKE_COMMANDS = ("scontrol", "systemctl", "apt-get", "apt-mark", "curl", "gpg", "rpm", "dnf", "yum", "modprobe")
 # Real tools the scripts need (found on this machine), offered without the rest of PATH.
 REAL_TOOLS = ("bash", "sed", "tr", "grep", "install", "mv", "chmod", "cat", "mkdir", "dirname", "env", "cp",
+              "id", "stat", "mountpoint",
               "touch", "rm", "sh")  # touch and sh: what an injected command would use
 PARALLELCLUSTER_EXAMPLES = {
     "enroot/enroot.conf": "ENROOT_RUNTIME_PATH /run/enroot/user-$(id -u)\nENROOT_DATA_PATH /tmp/enroot-data\n"
@@ -58,10 +59,12 @@ def make_node(base: Path, apt: bool = True, os_release: str = "ID=ubuntu\nVERSIO
         # Records its argv, one field per unit separator; never evaluates them.
         fake.write_text(f'#!/bin/bash\nIFS=$\'\\x1f\'; printf \'%s\\n\' "{name}$IFS$*" >> "{log}"\n')
         fake.chmod(0o755)
-    # python3: records its argv too; `-m venv DIR` makes DIR/bin/python (this fake again), `-c` succeeds.
+    # python3: records its argv too; `-m venv DIR` makes DIR/bin/python (this fake again) and DIR/pyvenv.cfg, as
+    # venv does; `-c` succeeds.
     python = bin_dir / "python3"
     python.write_text(f'#!/bin/bash\nIFS=$\'\\x1f\'; printf \'%s\\n\' "python3$IFS$*" >> "{log}"\n'
-                      'if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; fi\n')
+                      'if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && '
+                      'echo "home = /usr/bin" > "$3/pyvenv.cfg"; fi\n')
     python.chmod(0o755)
     uname = bin_dir / "uname"
     uname.write_text("#!/bin/bash\necho 6.8.0-1021-aws\n")
