@@ -286,27 +286,35 @@ def home(transport: Transport) -> str:
 
 
 def upload(transport: Transport, source: Path, names: list[str], destination: str,
-           also_make: tuple[str, ...] = ()) -> None:
-    """Copy the files `names` (relative to `source`; links stay links, nothing else but regular files goes)
-    into `destination` there, as one tar stream (and make the directories `also_make` in the same round
-    trip). The stream is spooled to a temporary file and handed over memory-mapped, never held in memory."""
-    import mmap
+           also_make: tuple[str, ...] = (), piece_bytes: int = 8 << 20) -> None:
+    """Copy the files `names` (relative to `source`; links stay links, nothing but regular files and links
+    goes) into `destination` there as one tar archive, and make the directories `also_make` on the way.
+    The archive is spooled to a temporary file here and sent in pieces of `piece_bytes`, appended to a
+    spool file there and unpacked with the last one: no more than one piece is ever in memory."""
     import tarfile
 
     def plain(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
         # A file swapped for a FIFO or a device since it was planned is left out, never opened.
         return member if member.isreg() or member.issym() else None
 
+    there = '"$1/.clusterkit-upload.tar.gz"'
     with tempfile.TemporaryFile() as spool:
         with tarfile.open(fileobj=spool, mode="w:gz") as archive:
             for name in names:
                 archive.add(source / name, arcname=name, recursive=False, filter=plain)
-        spool.flush()
-        # The files belong to whoever unpacks them there (--no-same-owner), never to a uid from here.
-        command = ["sh", "-c", 'mkdir -p "$@" && tar -xzf - --no-same-owner -C "$1"', "sh", destination, *also_make]
-        with mmap.mmap(spool.fileno(), 0, access=mmap.ACCESS_READ) as stream:
-            result = transport.run(command, input_bytes=stream, timeout=600)  # type: ignore[arg-type] # a buffer
-    _check(result, f"cannot unpack the job's files into {destination} on {transport.label}")
+        size, sent = spool.tell(), 0
+        spool.seek(0)
+        while sent < size:  # an archive is never empty: one piece at least
+            piece = spool.read(piece_bytes)
+            append = f'mkdir -p "$@" && cat {">>" if sent else ">"} {there}'
+            sent += len(piece)
+            # The files belong to whoever unpacks them there (--no-same-owner), never to a uid from here; the
+            # spool goes whatever happens.
+            script = (f'{append} && tar -xzf {there} --no-same-owner -C "$1"; s=$?; rm -f -- {there}; exit $s'
+                      if sent >= size else f'{append} || {{ s=$?; rm -f -- {there}; exit $s; }}')
+            result = transport.run(["sh", "-c", script, "sh", destination, *also_make], input_bytes=piece,
+                                   timeout=600)
+            _check(result, f"cannot unpack the job's files into {destination} on {transport.label}")
 
 
 def _check(result: subprocess.CompletedProcess[bytes], what: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -121,3 +122,24 @@ def test_a_copy_that_fails_there_leaves_no_run_directory(laptop, tmp_path, runs)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert len(lines) == 1 and "cannot unpack the job's files" in lines[0], lines
     assert (set(runs.iterdir()) if runs.exists() else set()) == before
+
+
+PEAK_RSS = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss >> 10, file=sys.stderr); "
+            "sys.exit(done.returncode)")
+
+
+def test_a_large_copy_goes_in_pieces_never_whole_in_memory(laptop, tmp_path):  # noqa: F811
+    (tmp_path / "job.yaml").write_text(SPEC.replace("code/main.py", "weights.bin"))
+    with open(tmp_path / "weights.bin", "wb") as weights:  # incompressible: the archive is as large
+        for _ in range(96):
+            weights.write(os.urandom(1 << 20))
+    submitted = subprocess.run([sys.executable, "-c", PEAK_RSS, sys.executable, "-m", "clusterkit", "submit",
+                                "job.yaml", "--cluster", REMOTE, "--sync", "job.yaml", "--sync", "weights.bin",
+                                "-o", "json"], capture_output=True, text=True, env=laptop, cwd=tmp_path, timeout=300)
+    assert submitted.returncode == 0 and "Traceback" not in submitted.stderr, submitted.stderr
+    peak_mib = int(submitted.stderr.strip().splitlines()[-1])
+    assert peak_mib < 64, peak_mib  # the whole archive in memory would be 96 MiB, and the process's own 30 besides
+    workdir = Path(json.loads(submitted.stdout)["workdir"])
+    assert (workdir / "weights.bin").read_bytes() == (tmp_path / "weights.bin").read_bytes()
+    assert not (workdir / ".clusterkit-upload.tar.gz").exists()  # the spool there is gone too
