@@ -201,7 +201,8 @@ class Slurm:
 
     def job_details(self, job_id: str) -> dict[str, str]:
         """`scontrol show job` as a dict (StdOut, StdErr, WorkDir, NodeList...); empty once forgotten."""
-        return parse_job_details(self.run("scontrol", "show", "job", "-o", job_id, check=False).stdout)
+        checked = checked_job_id(job_id)  # an empty id would make scontrol describe every job
+        return parse_job_details(self.run("scontrol", "show", "job", "-o", checked, check=False).stdout)
 
     def poll(self, job_ids: list[str], details_of: str | None = None) -> Poll:
         """The queue, the accounting of `job_ids` (every attempt) and, when asked, one job's details, in

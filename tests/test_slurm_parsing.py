@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit.errors import ClusterkitError
 from clusterkit.slurm import Slurm
 
 from tests.fakes import FakeSlurm
@@ -37,6 +38,13 @@ def test_job_details_keep_paths_with_spaces(fake_slurm_bin):
     details = Slurm().job_details("5")
     assert details["StdOut"] == "/data/my runs/logs/x_5.out" and details["JobName"] == "my job"
     assert details["NodeList"] == "n[1-2]" and details["Power"] == ""
+
+
+@pytest.mark.parametrize("job_id", ["", " ", "5 6", "-a"])
+def test_job_details_of_no_job_id_never_describe_every_job(fake_slurm_bin, job_id):
+    fake_slurm_bin("scontrol", "JobId=5 JobName=someone-elses StdOut=/data/theirs.out\n")
+    with pytest.raises(ClusterkitError, match="is not a Slurm job id"):
+        Slurm().job_details(job_id)
 
 
 def test_partitions_mark_the_default_one(fake_slurm_bin):
