@@ -10,7 +10,7 @@ then knows the run is complete even if a warning came at the end). On the signal
 stop (SIGTERM through torchrun, or the job's own SIGUSR1/SIGUSR2 when started directly; caught from before
 torch is imported): every rank agrees to stop at the same step, rank 0 saves a checkpoint, and the process
 exits 0; the job script (or the supervisor) then requeues the job, and the next attempt resumes from that
-checkpoint. A stop asked for at the last step finishes the run instead: the work is done.
+checkpoint.
 A save that fails (a full disk) ends every rank with exit 1 and one line saying why; any other
 clusterkit error, or ENOSPC, ends the process with one line and exit 1 as well.
 
@@ -157,13 +157,12 @@ def main() -> int:
         time.sleep(STEP_SECONDS)
         stopping = torch.tensor([1 if stop_requested else 0])
         dist.all_reduce(stopping, op=dist.ReduceOp.MAX)  # all ranks agree to stop at the same step
-        stop_now = bool(stopping.item()) and step < STEPS  # at the last step, finishing is all that is left
-        if step % CHECKPOINT_EVERY == 0 or stop_now:
+        if step % CHECKPOINT_EVERY == 0 or stopping.item():
             state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
             if not save_checkpoint(manager, rank, step, state, loss.item()):
                 dist.destroy_process_group()
                 return 1
-        if stop_now:
+        if stopping.item():
             if rank == 0:
                 print(f"stopping at step {step} on a signal; checkpoint saved", flush=True)
             dist.destroy_process_group()
