@@ -73,7 +73,7 @@ def parse_decisions(data: bytes) -> list[dict[str, Any]]:
 
 # ----- how a batch script starts the supervisor ---------------------------------------------------
 SUPERVISOR_MODULE = "clusterkit.resilience.supervisor"
-HEALTH_MODULE = "clusterkit.resilience.health"
+HEALTH_MODULE = "clusterkit.stack.health"  # run on each node by the supervisor, through srun
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_MAX_TIME_LIMIT_REQUEUES = 100  # a run requeued at its time limit this often is not converging
 UNBOUNDED = -1

@@ -2,9 +2,10 @@
 
 The accelerator and EFA checks are `clusterkit doctor`'s host-layer checks (driver, fabric manager,
 EFA devices against the instance type, Neuron driver), so one definition serves both.
-`python -m clusterkit.resilience.health` runs the checks that apply on this node and prints one
-JSON line; with `--drain` a failing node drains itself (for Slurm's HealthCheckProgram
-or a prolog). On a local cluster a check can be failed on purpose: `clusterkit local fail-health`.
+`python -m clusterkit.stack.health` (`runtime.HEALTH_MODULE`) runs the checks that apply on this node and
+prints one JSON line; with `--drain` a failing node drains itself (for Slurm's HealthCheckProgram or a
+prolog). The supervisor runs it on each node through srun, by that module name, so it never imports the
+stack. On a local cluster a check can be failed on purpose: `clusterkit local fail-health`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clusterkit.lean_dataclass import lean_dataclass
-from clusterkit.runtime import FAULTS_DIR_ENV, INSTANCE_TYPE_ENV
+from clusterkit.runtime import FAULTS_DIR_ENV, HEALTH_MODULE, INSTANCE_TYPE_ENV
 
 if TYPE_CHECKING:
     from clusterkit.stack.probe import Probe
@@ -61,7 +62,7 @@ def run_health_checks(node: str | None = None, probe: Probe | None = None) -> li
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m clusterkit.resilience.health",
+    parser = argparse.ArgumentParser(prog=f"python -m {HEALTH_MODULE}",
                                      description="Check this node; exit 1 if a check fails.")
     parser.add_argument("--drain", action="store_true", help="drain this node in Slurm when a check fails")
     args = parser.parse_args(argv)
