@@ -258,7 +258,7 @@ def test_watch_rides_out_a_lost_connection_and_follows_the_job_to_its_end(blip, 
 
 def test_watch_gives_up_after_a_bounded_outage_in_one_line(blip, local_cluster, tmp_path,
                                                            monkeypatch):  # noqa: ANN001
-    from clusterkit.resilience.watcher import watch
+    from clusterkit.jobs.watcher import watch
     from clusterkit.transport import ConnectionProblem
 
     env, forwarder = blip

@@ -163,7 +163,7 @@ def cancel_job(args: argparse.Namespace) -> int:
 
 
 def watch_job(args: argparse.Namespace) -> int:
-    from clusterkit.resilience.watcher import watch
+    from clusterkit.jobs.watcher import watch
     from clusterkit.slurm import checked_job_id
 
     result = watch(checked_job_id(args.job_id), args.cluster, resubmit=args.resubmit, max_resubmits=args.max_resubmits,
