@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable
 
 from clusterkit.lean_dataclass import lean_dataclass
 
 SHOWN_VALUE_CHARS = 80
+# Control characters (C0, DEL, C1) and the Unicode line and paragraph separators: the one set no one-line
+# value of a spec may hold (a line break ends a config, slurm.conf or #SBATCH line, Slurm's and Python's line
+# readers split on more than "\n", and a C1 control such as U+009B is a terminal's escape). The spec reader's
+# single-line rule refuses them (`spec_reader.control_characters`); a finding shows them escaped.
+CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class Level(str, enum.Enum):
@@ -26,6 +32,11 @@ def shorten(value: object, limit: int = SHOWN_VALUE_CHARS) -> object:
     return f"{text[:limit - 20]}... ({len(text):,} characters)"
 
 
+def escape_controls(text: str) -> str:
+    """`text` with each control character written as its escape (`\\u009b`), so that it shows on one line."""
+    return CONTROL_RE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
 def similar_names(name: str, choices: Iterable[str], count: int = 1, cutoff: float = 0.6) -> list[str]:
     """The closest of `choices` to a mistyped `name`, for a fix's "did you mean"."""
     import difflib  # lazy: only a mistake needs it, and it costs a millisecond at every CLI start
@@ -36,7 +47,8 @@ def similar_names(name: str, choices: Iterable[str], count: int = 1, cutoff: flo
 @lean_dataclass(frozen=True)
 class Finding:
     """One rule's verdict on one field: `path` is the field in the user's spec (e.g. `queues[0].name`),
-    `rule` the id of the rule that made it (e.g. `cluster.efa-support`)."""
+    `rule` the id of the rule that made it (e.g. `cluster.efa-support`). A finding is one line whatever the
+    spec holds: control characters in its path, message and fix are shown escaped."""
 
     level: Level
     path: str
@@ -47,6 +59,8 @@ class Finding:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "value", shorten(self.value))
+        for name in ("path", "message", "fix"):
+            object.__setattr__(self, name, escape_controls(getattr(self, name)))
 
     def to_dict(self) -> dict:
         return {

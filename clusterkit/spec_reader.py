@@ -12,6 +12,10 @@ Reading is two steps, and neither raises on a bad value:
    (shortened) and a fix. A dataclass field may name its YAML key (`metadata={"key": "type"}`);
    short forms (a command as one string, a launcher as its kind) are functions that rewrite a
    value before it is converted: per field (`metadata={"short": f}`) or per type (`short_forms=`).
+
+`control_characters(spec)` is every spec kind's single-line rule: it walks a loaded spec's dataclasses
+(every text field, list item, map key and map value) against one set of control characters
+(`findings.CONTROL_RE`).
 """
 
 from __future__ import annotations
@@ -23,18 +27,21 @@ import re
 import stat
 import types
 import typing
-from collections.abc import Callable, Mapping as MappingABC
+from collections.abc import Callable, Iterator, Mapping as MappingABC
 from dataclasses import field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from clusterkit.errors import ClusterkitError
-from clusterkit.findings import Finding, Level, shorten, similar_names
+from clusterkit.findings import CONTROL_RE, Finding, Level, escape_controls, shorten, similar_names
 from clusterkit.lean_dataclass import lean_dataclass
 
 MAX_SPEC_BYTES = 1 << 20
 MAX_DEPTH = 32
 MAX_VALUES = 50_000
+# Of the control characters (`findings.CONTROL_RE`), what a multi-line field (`field_options(multiline=True)`:
+# a program argument or an environment value, which reaches the program quoted, byte for byte) may hold.
+MULTILINE_CONTROLS = frozenset("\t\n\r\u2028\u2029")
 
 T = TypeVar("T")
 
@@ -225,13 +232,16 @@ class _Invalid(Exception):
     """A value could not be converted; its finding is already recorded."""
 
 
-def field_options(key: str | None = None, short: ShortForm | None = None) -> dict[str, Any]:
-    """Dataclass field metadata for the reader: the YAML key (when it differs) and a short form."""
+def field_options(key: str | None = None, short: ShortForm | None = None, multiline: bool = False) -> dict[str, Any]:
+    """Dataclass field metadata for the reader: the YAML key (when it differs), a short form, and whether the
+    field's text may hold tabs and line breaks (see `control_characters`)."""
     options: dict[str, Any] = {}
     if key is not None:
         options["key"] = key
     if short is not None:
         options["short"] = short
+    if multiline:
+        options["multiline"] = True
     return options
 
 
@@ -465,6 +475,64 @@ def _did_you_mean(key: str, known: MappingABC[str, object]) -> str:
     if close:
         return f"did you mean {close[0]!r}?"
     return "known keys: " + ", ".join(known)
+
+
+# ----- one line of text: every spec kind's single-line rule ----------------------------------------
+
+
+@lean_dataclass(frozen=True)
+class TextValue:
+    """One piece of text in a loaded spec: `path` names it as the user wrote it (a map's key by the map's
+    path); `multiline` when its field may hold tabs and line breaks."""
+
+    path: str
+    text: str
+    multiline: bool = False
+
+
+def text_values(spec: object) -> Iterator[TextValue]:
+    """Every text of a spec, from its dataclasses' fields (a field added later is walked too): values, list
+    items, and the keys and values of maps."""
+    return _text_values(spec, "", False)
+
+
+def _text_values(value: object, path: str, multiline: bool) -> Iterator[TextValue]:
+    if isinstance(value, str):
+        yield TextValue(path, value, multiline)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for spec_field in dataclasses.fields(value):
+            yield from _text_values(getattr(value, spec_field.name),
+                                    join_path(path, spec_field.metadata.get("key", spec_field.name)),
+                                    spec_field.metadata.get("multiline", False))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _text_values(item, join_path(path, index), multiline)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield TextValue(path, key)  # a key is a name (an environment variable, a setting): one line
+            yield from _text_values(item, join_path(path, key), multiline)
+
+
+def control_character(value: TextValue) -> Finding | None:
+    """The error for the first control character `value` may not hold, else None."""
+    found = next((char for char in CONTROL_RE.findall(value.text)
+                  if not (value.multiline and char in MULTILINE_CONTROLS)), None)
+    if found is None:
+        return None
+    if value.multiline:
+        why, fix = "only tabs and line breaks may be in it", "remove the control character"
+    else:
+        why, fix = "a value is one line of printable text", "remove line breaks, tabs and control characters"
+    return Finding(Level.ERROR, value.path, f"holds the control character U+{ord(found):04X} ({why})", fix=fix,
+                   value=escape_controls(value.text))
+
+
+def control_characters(spec: object) -> Iterator[Finding]:
+    """Every spec kind's single-line rule: an error for each text of `spec` holding a control character."""
+    for value in text_values(spec):
+        finding = control_character(value)
+        if finding is not None:
+            yield finding
 
 
 # ----- helpers for short forms ---------------------------------------------------------------------

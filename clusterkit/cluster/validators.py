@@ -7,7 +7,8 @@ the CLI decides the exit code. The rules are measured against ParallelCluster's 
 table in `clusterkit.offerings`.
 
 Every pattern is matched in full (`fullmatch`): `re.match(r"^x$")` accepts "x\\n", which is how a
-newline slips into a script. `single_line` refuses control characters in every text field.
+newline slips into a script. `single_line` refuses control characters in every text field (the rule every
+spec kind shares, `spec_reader.control_characters`) and text past `MAX_TEXT_CHARS`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import dataclasses
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from clusterkit import offerings
 from clusterkit.cluster.node_scripts import NODE_MOUNT_POINTS, system_dir_problem
@@ -41,6 +41,7 @@ from clusterkit.cluster.spec import (
 )
 from clusterkit.findings import Finding, Level, shorten, similar_names
 from clusterkit.rules import RuleBook
+from clusterkit.spec_reader import control_character, text_values
 
 CLUSTER_RULES: RuleBook[ClusterSpec] = RuleBook("cluster")
 rule = CLUSTER_RULES.rule
@@ -148,16 +149,12 @@ PREFIX_LIST_RE = r"pl-[a-zA-Z0-9]+"
 _OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9][0-9]|[0-9])"
 IPV4_CIDR_RE = rf"({_OCTET}\.){{3}}{_OCTET}/(3[0-2]|[12][0-9]|[0-9])"  # the mask is required
 WORLD_CIDR = "0.0.0.0/0"
-# Control characters, and the Unicode line and paragraph separators: none belongs in a one-line value.
-CONTROL_RE = r"[\x00-\x1f\x7f\x85\u2028\u2029]"
 MAX_TEXT_CHARS = 4096
 
 
 def validate(spec: ClusterSpec) -> list[Finding]:
-    """Run every rule on the spec; errors first, then warnings and infos, each in rule order. A finding is
-    one line whatever the spec holds: control characters in paths and messages are shown escaped."""
-    return [dataclasses.replace(f, path=_shown(f.path), message=_shown(f.message), fix=_shown(f.fix))
-            for f in CLUSTER_RULES.check(spec)]
+    """Run every rule on the spec; errors first, then warnings and infos, each in rule order."""
+    return CLUSTER_RULES.check(spec)
 
 
 def _error(path: str, message: str, fix: str, value: object = None) -> Finding:
@@ -193,38 +190,16 @@ def _full(pattern: str, value: str) -> bool:
 # --- text: one line, bounded ---------------------------------------------------------------------
 
 
-def _text_fields(value: Any, path: str) -> Iterator[tuple[str, str]]:
-    """(path, text) of every string in a spec: fields, list items, and the keys and values of maps."""
-    if isinstance(value, str):
-        yield path, value
-    elif dataclasses.is_dataclass(value):
-        for field in dataclasses.fields(value):
-            yield from _text_fields(getattr(value, field.name), f"{path}.{field.name}" if path else field.name)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _text_fields(item, f"{path}[{index}]")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield f"{path} key", key
-            yield from _text_fields(item, f"{path}.{key}")
-
-
-def _shown(text: str) -> str:
-    return re.sub(CONTROL_RE, lambda match: f"\\u{ord(match.group()):04x}", text)
-
-
 @rule
 def single_line(spec: ClusterSpec) -> Iterator[Finding]:
     """Every text value lands in a config line, a script argument or a slurm.conf line: one line each."""
-    for path, text in _text_fields(spec, ""):
-        control = re.search(CONTROL_RE, text)
-        if control:
-            yield _error(path.removesuffix(" key"), f"holds the control character U+{ord(control.group()):04X} "
-                         "(a value is one line of printable text)", "remove line breaks, tabs and control "
-                         "characters", _shown(text))
-        elif len(text) > MAX_TEXT_CHARS:
-            yield _error(path.removesuffix(" key"), f"is {len(text):,} characters; no field needs more than "
-                         f"{MAX_TEXT_CHARS:,}", "shorten it", text)
+    for value in text_values(spec):
+        control = control_character(value)
+        if control is not None:
+            yield control
+        elif len(value.text) > MAX_TEXT_CHARS:
+            yield _error(value.path, f"is {len(value.text):,} characters; no field needs more than "
+                         f"{MAX_TEXT_CHARS:,}", "shorten it", value.text)
 
 
 # --- names and counts ---------------------------------------------------------------------------

@@ -172,7 +172,7 @@ class Command:
     """What each task runs: a Python file (`.py`, run by torchrun or python) or an executable."""
 
     script: str
-    args: tuple[str, ...] = ()
+    args: tuple[str, ...] = field(default=(), metadata=field_options(multiline=True))
 
     @property
     def is_python(self) -> bool:
@@ -188,7 +188,7 @@ class Launcher:
     cpu_bind: str | None = None  # srun --cpu-bind, e.g. none (nccl-tests); None: the cluster's default
     compile: bool = True  # neuron: run a neuron_parallel_compile pass before training (first start only)
     # neuron: arguments for the compile pass; each option replaces the training argument of the same name
-    compile_args: tuple[str, ...] = ()
+    compile_args: tuple[str, ...] = field(default=(), metadata=field_options(multiline=True))
     compile_cache: str = DEFAULT_NEURON_CACHE_DIR  # neuron: compiler cache on shared storage
 
 
@@ -244,7 +244,7 @@ class JobSpec:
     container: Container = field(default_factory=Container)
     workdir: str | None = None
     launcher: Launcher = field(default_factory=Launcher)
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict, metadata=field_options(multiline=True))  # values, not names
     time: str | None = None  # Slurm time limit, e.g. "48:00:00" or "2-00:00:00"
     exclusive: bool = False
     requeue: bool = True

@@ -13,12 +13,12 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from clusterkit.findings import Finding, Level, shorten, similar_names
+from clusterkit.findings import CONTROL_RE, Finding, Level, shorten, similar_names
 from clusterkit.jobs.spec import (CPU_INSTANCE, DEFAULT_NEURON_CACHE_DIR, DEFAULT_OUTPUT, LAUNCHERS, RUNTIMES,
                                   WARNING_SIGNALS, JobSpec, parse_warning)
 from clusterkit.registry import CLUSTER_NAME_RE
 from clusterkit.rules import RuleBook
-from clusterkit.spec_reader import load
+from clusterkit.spec_reader import control_characters, load
 from clusterkit.versions import version_tuple
 
 JOB_RULES: RuleBook[JobSpec] = RuleBook("job")
@@ -82,11 +82,7 @@ IMAGE_HINTS = {
     "pyxis": "write /fsx/images/NAME.sqsh, or an enroot reference such as nvcr.io#nvidia/pytorch:24.01-py3",
     "apptainer": "write a path such as /fsx/images/train.sif, or a URI such as docker://registry.example.com/train:1",
 }
-# Control characters (C0, DEL, C1) and the Unicode line and paragraph separators: no single-line
-# field may hold one (a line break ends an #SBATCH line or a comment, and Slurm's and Python's line
-# readers split on more than "\n").
-CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-LINE_BREAK_RE = CONTROL_RE
+LINE_BREAK_RE = CONTROL_RE  # the renderer's name for the one set (findings.CONTROL_RE)
 
 NAME_MAX = 255  # bytes in one path component (and Slurm's job names end up in file names via %x)
 PATH_MAX = 4096
@@ -134,38 +130,12 @@ def _choice(path: str, value: str, choices: tuple[str, ...]) -> Iterator[Finding
                      f"did you mean {guess[0]!r}?" if guess else f"use one of: {', '.join(choices)}", value)
 
 
-def single_line_fields(spec: JobSpec) -> Iterator[tuple[str, str]]:
-    """(path, value) of every text field that is one line by nature. Command arguments, compile
-    arguments and env values may hold line breaks: they reach the program quoted, byte for byte."""
-    container, launcher, stack = spec.container, spec.launcher, spec.stack
-    yield from (("name", spec.name), ("cluster", spec.cluster), ("partition", spec.partition),
-                ("instance", spec.instance), ("time", spec.time), ("signal", spec.signal),
-                ("logs.output", spec.logs.output), ("logs.error", spec.logs.error), ("workdir", spec.workdir),
-                ("checkpoint_dir", spec.checkpoint_dir), ("run_id", spec.run_id),
-                ("container.runtime", container.runtime), ("container.image", container.image),
-                ("container.workdir", container.workdir), ("command.script", spec.command.script),
-                ("launcher.type", launcher.kind), ("launcher.cpu_bind", launcher.cpu_bind),
-                ("launcher.compile_cache", launcher.compile_cache), ("stack.aws_ofi_nccl", stack.aws_ofi_nccl),
-                ("stack.libfabric", stack.libfabric), ("stack.nccl", stack.nccl),
-                ("stack.efa_installer", stack.efa_installer), ("stack.neuron", stack.neuron),
-                ("supervise.python", spec.supervise.python if spec.supervise else None))
-    for index, mount in enumerate(container.mounts):
-        yield f"container.mounts[{index}]", mount.source
-        yield f"container.mounts[{index}]", mount.target
-    for index, directive in enumerate(spec.sbatch):
-        yield f"sbatch[{index}]", directive
-    for key in spec.env:
-        yield f"env.{key}", key
-
-
 @rule
 def single_line(spec: JobSpec) -> Iterator[Finding]:
-    """No control character, line break or U+2028/2029 in a one-line field (#SBATCH lines, comments,
-    names and paths that logs and Slurm read line by line)."""
-    for path, value in single_line_fields(spec):
-        if value is not None and CONTROL_RE.search(value):
-            yield _error(path, "contains a line break or control character (newline, CR, NUL, U+2028...)",
-                         "write it on one line, without control characters", value)
+    """No control character in any text (#SBATCH lines, comments, names and paths that logs and Slurm read line
+    by line); command arguments, compile arguments and env values may hold tabs and line breaks, as they reach
+    the program quoted, byte for byte."""
+    return control_characters(spec)
 
 
 def _path_too_long(value: str) -> str:

@@ -21,8 +21,7 @@ from tests.cluster.node_script_runner import make_node, run_script
 
 from clusterkit.cluster import load_spec_data, render_config, validate
 from clusterkit.cluster.node_scripts import uploads
-from clusterkit.cluster.validators import CONTROL_RE
-from clusterkit.findings import Level
+from clusterkit.findings import CONTROL_RE, Level
 
 CANARY = "/tmp/clusterkit-canary-{token}"
 
