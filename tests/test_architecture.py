@@ -17,11 +17,11 @@ LAYERS: list[set[str]] = [
     {"errors", "lean_dataclass", "findings", "rules", "runtime", "versions", "files", "spec_reader", "yaml_text",
      "resources", "catalog", "offerings", "pids"},
     {"registry", "slurm", "transport"},
+    {"resilience"},  # the in-job runtime: checkpoints, heartbeats, the supervisor (runs the health check by name)
+    {"stack"},  # what is on a node and how to check it, the health check among them
     {"cluster"},
     {"providers"},
-    {"jobs"},
-    {"stack"},
-    {"resilience"},
+    {"jobs"},  # the watcher and the nccl-tests job with the rest of submission
     {"cli", "__main__"},
 ]
 LAYER_OF = {unit: index for index, units in enumerate(LAYERS) for unit in units}
@@ -113,9 +113,10 @@ def test_no_cycle_between_units() -> None:
 
 
 def test_the_checks_catch_what_the_old_code_did() -> None:
-    # providers.local imported resilience.health for one constant: upward, and closing a cycle.
+    # providers.local imported resilience.health for one constant, closing a cycle; resilience.health imported
+    # stack.doctor, and stack.nccl_tests submitted through jobs: both upward now that resilience sits low.
     old = {"providers": {"resilience", "cluster"}, "resilience": {"stack"}, "stack": {"jobs"}, "jobs": {"providers"}}
-    assert upward(old) == ["providers -> resilience"]
+    assert upward(old) == ["resilience -> stack", "stack -> jobs"]
     assert cycles(old) == [["jobs", "providers", "resilience", "stack", "jobs"]]
 
 
@@ -133,3 +134,26 @@ def test_importing_a_module_loads_only_what_it_needs(module: str, absent: str) -
     code = f"import sys, {module}; print({absent!r} in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def _units_loaded_by(module: str) -> set[str]:
+    """The clusterkit units a fresh interpreter holds after `import module`."""
+    code = f"import sys, {module}; print(' '.join(sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return {unit for unit in map(_unit, result.stdout.split()) if unit is not None}
+
+
+# dcp_writer imports torch (seconds per interpreter); the import graph above covers its clusterkit imports.
+RESILIENCE_MODULES = sorted(f"clusterkit.resilience.{path.stem}" for path in (PACKAGE / "resilience").glob("*.py")
+                            if path.stem not in ("__init__", "dcp_writer"))
+
+
+@pytest.mark.parametrize("module", RESILIENCE_MODULES)
+def test_the_in_job_runtime_loads_nothing_above_it(module: str) -> None:
+    # The supervisor and the checkpoint library run inside the job: they load neither jobs nor the stack.
+    above = {unit for unit in _units_loaded_by(module) if LAYER_OF[unit] > LAYER_OF["resilience"]}
+    assert above == set()
+
+
+def test_the_checkpoint_library_loads_only_the_ground_floor() -> None:
+    assert _units_loaded_by("clusterkit.resilience.checkpoint") - {"resilience"} <= LAYERS[0]

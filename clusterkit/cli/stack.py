@@ -157,10 +157,10 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 
 def run_nccl_test(args: argparse.Namespace) -> int:
-    from clusterkit.stack.nccl_tests import judge_bandwidth, nccl_test_spec
-    from clusterkit.stack.nccl_tests import run_nccl_test as run_test
-
+    from clusterkit.jobs.nccl_tests import nccl_test_spec
+    from clusterkit.jobs.nccl_tests import run_nccl_test as run_test
     from clusterkit.jobs.plan import plan_job
+    from clusterkit.stack.nccl_tests import judge_bandwidth
 
     spec = nccl_test_spec(args.nodes, cluster=args.cluster, instance_type=args.instance_type, image=args.image)
     plan = plan_job(spec, args.cluster, need_cluster=not args.dry_run, preflight=not args.dry_run)

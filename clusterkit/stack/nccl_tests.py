@@ -1,27 +1,20 @@
-"""Fabric validation jobs: nccl-tests all_reduce_perf on GPUs (nccom-test on Trainium), with a floor.
+"""Fabric validation: nccl-tests all_reduce_perf on GPUs (nccom-test on Trainium), with a floor.
 
-The job is a plain job spec (mpi launcher: one task per GPU, wired up by Slurm's PMIx, `--cpu-bind=none`
-as in AWS's nccl-tests sbatch), rendered by the usual job plan (`plan_job`) and submitted with
-`submit_plan`. Before the test, each node prints which EC2 instance it is, so that a degraded node can
-be named to AWS. The output parser reads the table by its header, so it takes nccl-tests output with or
-without the `root` column, mpirun's `[1,0]<stdout>:` tags, srun's `0: ` labels, and nccom-test's table.
+What the test runs (its binary and arguments, sized to the instance type) and how its output is judged.
+The job around it is built and submitted where jobs are (`jobs/nccl_tests.py`). Before the test, each
+node prints which EC2 instance it is, so that a degraded node can be named to AWS. The output parser
+reads the table by its header, so it takes nccl-tests output with or without the `root` column, mpirun's
+`[1,0]<stdout>:` tags, srun's `0: ` labels, and nccom-test's table.
 docs/reference-parity.md compares every setting with the AWS reference scripts.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
-from typing import TYPE_CHECKING
 
 from clusterkit.catalog import InstanceType
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.stack.doctor import CheckResult, Status
-
-if TYPE_CHECKING:
-    from clusterkit.jobs.handle import JobHandle
-    from clusterkit.jobs.plan import JobPlan
-    from clusterkit.jobs.spec import JobSpec
 
 ALL_REDUCE_BINARY = "/opt/nccl-tests/build/all_reduce_perf"  # where our GPU recipe builds it
 ITERATIONS = 100  # -n: AWS's nccl-tests sbatch runs 100 (nccl-tests' default of 20 is noisy at large sizes)
@@ -56,10 +49,10 @@ INSTANCE_LINE = re.compile(r"^clusterkit: node (\S+) is instance (\S+)$", re.MUL
 
 # Each node's first task prints its Slurm node name and its EC2 instance id (the DMI asset tag), then
 # becomes the test ("$@"). Written by clusterkit, passed as a quoted argument.
-_PRINT_INSTANCE = ('if [[ ${SLURM_LOCALID:-0} == 0 ]]; then '
-                   'echo "clusterkit: node ${SLURMD_NODENAME:-$(uname -n)} is instance '
-                   '$(tr -d " " < /sys/devices/virtual/dmi/id/board_asset_tag 2>/dev/null || echo unknown)"; fi; '
-                   'exec "$@"')
+PRINT_INSTANCE = ('if [[ ${SLURM_LOCALID:-0} == 0 ]]; then '
+                  'echo "clusterkit: node ${SLURMD_NODENAME:-$(uname -n)} is instance '
+                  '$(tr -d " " < /sys/devices/virtual/dmi/id/board_asset_tag 2>/dev/null || echo unknown)"; fi; '
+                  'exec "$@"')
 
 
 @lean_dataclass(frozen=True)
@@ -189,52 +182,3 @@ def nccom_test_args(instance: InstanceType, nodes: int) -> tuple[str, ...]:
     return ("--nworkers", str(instance.neuron_cores * nodes), "--nnodes", str(nodes), "--minbytes", "8",
             "--maxbytes", largest, "--stepfactor", "2", "--iters", str(NCCOM_ITERATIONS), "--datatype", "fp32",
             "allr")
-
-
-def _nccom_command(instance: InstanceType, nodes: int) -> list[str]:
-    """nccom-test, started once, on the first node, for all of them: `--hosts` lists the nodes and
-    NEURON_RT_ROOT_COMM_ID the first one's address with a port of the job's own (as the AWS nccom-tests
-    sbatch does, with the job-derived port of clusterkit's rendezvous)."""
-    from clusterkit.jobs.render import RENDEZVOUS_PORT_SHELL
-
-    args = shlex.join(nccom_test_args(instance, nodes))
-    if nodes == 1:
-        return ["nccom-test", *nccom_test_args(instance, nodes)]
-    script = (f'clusterkit_rdzv_port() {{\n{RENDEZVOUS_PORT_SHELL}\n}}\n'
-              'if [[ ${SLURM_PROCID:-0} != 0 ]]; then exit 0; fi\n'
-              'mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")\n'
-              'export NEURON_RT_ROOT_COMM_ID="${hosts[0]}:$(clusterkit_rdzv_port)"\n'
-              f'exec nccom-test {args} --hosts ${{hosts[@]+"${{hosts[@]}}"}}')
-    return ["bash", "-c", script, "nccom-test"]
-
-
-def nccl_test_spec(nodes: int, *, cluster: str | None = None, instance_type: str | None = None,
-                   image: str | None = None, binary: str = ALL_REDUCE_BINARY) -> JobSpec:
-    """A job spec running all_reduce_perf (GPU) or nccom-test (Trainium) across `nodes` nodes."""
-    from clusterkit.catalog import resolve_instance_type
-    from clusterkit.jobs.spec import job_from_dict
-
-    data: dict = {"name": "nccl-tests", "nodes": nodes, "exclusive": True, "requeue": False,
-                  "logs": {"output": "logs/%x_%j.out"}}
-    if cluster:
-        data["cluster"] = cluster
-    if instance_type:
-        data["instance"] = instance_type
-    if image:
-        data["container"] = {"runtime": "pyxis", "image": image}
-    facts = resolve_instance_type(instance_type) if instance_type else None
-    if facts is not None and facts.accelerator == "neuron":
-        data.update(launcher="srun", processes_per_node=1, command=_nccom_command(facts, nodes))
-    else:
-        data.update(launcher={"type": "mpi", "cpu_bind": "none"},
-                    command=["bash", "-c", _PRINT_INSTANCE, "nccl-tests", binary, *all_reduce_args(facts)])
-    return job_from_dict(data)
-
-
-def run_nccl_test(plan: JobPlan, *, timeout: float | None = None) -> tuple[JobHandle, BandwidthReport]:
-    """Submit the test's plan, wait for it, and parse its output."""
-    from clusterkit.jobs.submit import submit_plan
-
-    handle = submit_plan(plan)
-    handle.wait(timeout=timeout)
-    return handle, parse_bus_bandwidth(handle.stdout())

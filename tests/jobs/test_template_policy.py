@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit.jobs.nccl_tests import nccl_test_spec
 from clusterkit.jobs.render import ShellText, UnquotedValue, comment, sbatch_escape, shquote, template_environment
 from clusterkit.jobs.spec import LAUNCHERS, RUNTIMES
-from clusterkit.stack.nccl_tests import nccl_test_spec
 
 from tests.jobs.test_job_shellcheck import combination_spec
 

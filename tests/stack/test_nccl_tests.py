@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from clusterkit.catalog import instance_type
+from clusterkit.catalog import INSTANCE_TYPES, instance_type
+from clusterkit.jobs.nccl_tests import nccl_test_spec
 from clusterkit.jobs.render import render_sbatch, rendezvous_port
 from clusterkit.stack.doctor import Status
-from clusterkit.catalog import INSTANCE_TYPES
 from clusterkit.stack.nccl_tests import (BUFFERS_PER_RANK, GIB, BandwidthReport, all_reduce_args,
-                                         all_reduce_max_bytes, busbw_floor, judge_bandwidth, nccl_test_spec,
-                                         parse_bus_bandwidth)
+                                         all_reduce_max_bytes, busbw_floor, judge_bandwidth, parse_bus_bandwidth)
 
 from tests.stack.nodes import fixture_text
 from tests.tools import shellcheck
