@@ -77,6 +77,22 @@ class Finding:
         return f"{text} (fix: {self.fix})" if self.fix else text
 
 
+def error(path: str, message: str, fix: str = "", value: object = None, rule: str = "") -> Finding:
+    """An error on the field at `path`: what is wrong, how to fix it, the value as given. `rule` is left empty
+    in a RuleBook rule, which names its own findings."""
+    return Finding(Level.ERROR, path, message, fix, value, rule)
+
+
+def warning(path: str, message: str, fix: str = "", value: object = None, rule: str = "") -> Finding:
+    """A warning on the field at `path` (see `error`)."""
+    return Finding(Level.WARNING, path, message, fix, value, rule)
+
+
+def info(path: str, message: str, fix: str = "", value: object = None, rule: str = "") -> Finding:
+    """A note on the field at `path` (see `error`)."""
+    return Finding(Level.INFO, path, message, fix, value, rule)
+
+
 def has_errors(findings: list[Finding] | tuple[Finding, ...]) -> bool:
     return any(f.level is Level.ERROR for f in findings)
 

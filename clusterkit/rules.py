@@ -3,9 +3,10 @@
     CLUSTER_RULES = RuleBook("cluster")
 
     @CLUSTER_RULES.rule
-    def efa_support(spec): yield Finding(...)     # its findings carry rule "cluster.efa-support"
+    def efa_support(spec): yield error(path, message, fix, value)   # carries rule "cluster.efa-support"
 
-`book.check(spec)` runs every rule and returns all findings, errors first, each group in rule order.
+`book.check(spec)` runs every rule and returns all findings, errors first, each group in rule order. Findings
+are built with `findings.error`, `warning` and `info`.
 """
 
 from __future__ import annotations

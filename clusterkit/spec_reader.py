@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from clusterkit.errors import ClusterkitError
-from clusterkit.findings import CONTROL_RE, Finding, Level, escape_controls, shorten, similar_names
+from clusterkit.findings import CONTROL_RE, Finding, error, errors, escape_controls, shorten, similar_names
 from clusterkit.lean_dataclass import lean_dataclass
 
 MAX_SPEC_BYTES = 1 << 20
@@ -271,12 +271,12 @@ def load_or_raise(cls: type[T], data: Any, *, source: str, short_forms: MappingA
 
 
 def spec_error(source: str, findings: list[Finding]) -> SpecError:
-    errors = [f for f in findings if f.level is Level.ERROR]
-    first = errors[0]
-    more = f" (and {len(errors) - 1} more: {'; '.join(str(f) for f in errors[1:4])})" if len(errors) > 1 else ""
+    refused = errors(findings)
+    first = refused[0]
+    more = f" (and {len(refused) - 1} more: {'; '.join(str(f) for f in refused[1:4])})" if len(refused) > 1 else ""
     shown = "" if first.value is None else f" (got {first.value!r})"
     return SpecError(f"{source}: {first.path}: {first.message}{shown}{more}", fix=first.fix or None,
-                     findings=errors)
+                     findings=refused)
 
 
 @functools.lru_cache(maxsize=None)
@@ -322,8 +322,7 @@ class _Reader:
         self.findings: list[Finding] = []
 
     def error(self, path: str, rule: str, message: str, value: Any = None, fix: str = "") -> _Invalid:
-        self.findings.append(Finding(Level.ERROR, path or "<spec>", message, fix=fix, value=shown_value(value),
-                                     rule=f"{self.rule_prefix}.{rule}"))
+        self.findings.append(error(path or "<spec>", message, fix, shown_value(value), f"{self.rule_prefix}.{rule}"))
         return _Invalid()
 
     def convert(self, value: Any, hint: Any, path: str, short: ShortForm | None = None) -> Any:
@@ -523,8 +522,8 @@ def control_character(value: TextValue) -> Finding | None:
         why, fix = "only tabs and line breaks may be in it", "remove the control character"
     else:
         why, fix = "a value is one line of printable text", "remove line breaks, tabs and control characters"
-    return Finding(Level.ERROR, value.path, f"holds the control character U+{ord(found):04X} ({why})", fix=fix,
-                   value=escape_controls(value.text))
+    message = f"holds the control character U+{ord(found):04X} ({why})"
+    return error(value.path, message, fix, escape_controls(value.text))
 
 
 def control_characters(spec: object) -> Iterator[Finding]:

@@ -39,7 +39,7 @@ from clusterkit.cluster.spec import (
     QueueSpec,
     uses_reserved_capacity,
 )
-from clusterkit.findings import Finding, Level, shorten, similar_names
+from clusterkit.findings import Finding, error, info, shorten, similar_names, warning
 from clusterkit.rules import RuleBook
 from clusterkit.spec_reader import control_character, text_values
 
@@ -157,18 +157,6 @@ def validate(spec: ClusterSpec) -> list[Finding]:
     return CLUSTER_RULES.check(spec)
 
 
-def _error(path: str, message: str, fix: str, value: object = None) -> Finding:
-    return Finding(Level.ERROR, path, message, fix=fix, value=value)
-
-
-def _warning(path: str, message: str, fix: str, value: object = None) -> Finding:
-    return Finding(Level.WARNING, path, message, fix=fix, value=value)
-
-
-def _info(path: str, message: str, fix: str = "", value: object = None) -> Finding:
-    return Finding(Level.INFO, path, message, fix=fix, value=value)
-
-
 def _compute_resources(spec: ClusterSpec) -> Iterator[tuple[str, QueueSpec, str, ComputeSpec]]:
     for q, queue in enumerate(spec.queues):
         for c, compute in enumerate(queue.compute):
@@ -198,8 +186,8 @@ def single_line(spec: ClusterSpec) -> Iterator[Finding]:
         if control is not None:
             yield control
         elif len(value.text) > MAX_TEXT_CHARS:
-            yield _error(value.path, f"is {len(value.text):,} characters; no field needs more than "
-                         f"{MAX_TEXT_CHARS:,}", "shorten it", value.text)
+            yield error(value.path, f"is {len(value.text):,} characters; no field needs more than "
+                        f"{MAX_TEXT_CHARS:,}", "shorten it", value.text)
 
 
 # --- names and counts ---------------------------------------------------------------------------
@@ -209,30 +197,30 @@ def single_line(spec: ClusterSpec) -> Iterator[Finding]:
 def cluster_name(spec: ClusterSpec) -> Iterator[Finding]:
     limit = CLUSTER_NAME_MAX_WITH_ACCOUNTING if spec.slurm.accounting else CLUSTER_NAME_MAX
     if not _full(CLUSTER_NAME_RE, spec.name):
-        yield _error("name", "cluster name must start with a letter and hold only letters, digits and '-'",
-                     "rename it, e.g. 'train-p4de'", spec.name)
+        yield error("name", "cluster name must start with a letter and hold only letters, digits and '-'",
+                    "rename it, e.g. 'train-p4de'", spec.name)
     if len(spec.name) > limit:
         why = " with Slurm accounting" if spec.slurm.accounting else ""
-        yield _error("name", f"cluster name is {len(spec.name)} characters; at most {limit} allowed{why}",
-                     f"shorten it to {limit} characters", spec.name)
+        yield error("name", f"cluster name is {len(spec.name)} characters; at most {limit} allowed{why}",
+                    f"shorten it to {limit} characters", spec.name)
 
 
 def _resource_name_findings(path: str, name: str, what: str) -> Iterator[Finding]:
     if not _full(RESOURCE_NAME_RE, name):
-        yield _error(path, f"{what} name must start with a lower-case letter and hold only a-z, 0-9 and '-'",
-                     "use a name like 'gpu' or 'p4de-od'", name)
+        yield error(path, f"{what} name must start with a lower-case letter and hold only a-z, 0-9 and '-'",
+                    "use a name like 'gpu' or 'p4de-od'", name)
     if len(name) > RESOURCE_NAME_MAX:
-        yield _error(path, f"{what} name is {len(name)} characters; at most {RESOURCE_NAME_MAX} allowed",
-                     f"shorten it to {RESOURCE_NAME_MAX} characters", name)
+        yield error(path, f"{what} name is {len(name)} characters; at most {RESOURCE_NAME_MAX} allowed",
+                    f"shorten it to {RESOURCE_NAME_MAX} characters", name)
     if name == "default":
-        yield _error(path, f"'default' is reserved and cannot be a {what} name", "pick another name", name)
+        yield error(path, f"'default' is reserved and cannot be a {what} name", "pick another name", name)
 
 
 def _duplicates(names: list[str], path_of: Callable[[int], str], what: str) -> Iterator[Finding]:
     counts = Counter(names)
     for index, name in enumerate(names):
         if counts[name] > 1 and names.index(name) != index:
-            yield _error(path_of(index), f"duplicate {what} name {name!r}", f"give each {what} its own name", name)
+            yield error(path_of(index), f"duplicate {what} name {name!r}", f"give each {what} its own name", name)
 
 
 @rule
@@ -254,47 +242,47 @@ def compute_resource_names(spec: ClusterSpec) -> Iterator[Finding]:
 @rule
 def resource_counts(spec: ClusterSpec) -> Iterator[Finding]:
     if not spec.queues:
-        yield _error("queues", "a cluster needs at least one queue", "add a queue with one compute resource")
+        yield error("queues", "a cluster needs at least one queue", "add a queue with one compute resource")
     if len(spec.queues) > MAX_QUEUES:
-        yield _error("queues", f"{len(spec.queues)} queues; at most {MAX_QUEUES} allowed",
-                     "merge queues", len(spec.queues))
+        yield error("queues", f"{len(spec.queues)} queues; at most {MAX_QUEUES} allowed",
+                    "merge queues", len(spec.queues))
     for q, queue in enumerate(spec.queues):
         if not queue.compute:
-            yield _warning(f"queues[{q}].compute", f"queue {queue.name!r} has no compute resource: it never runs a job",
-                           "add a compute resource with a name and an instance_type, or remove the queue")
+            yield warning(f"queues[{q}].compute", f"queue {queue.name!r} has no compute resource: it never runs a job",
+                          "add a compute resource with a name and an instance_type, or remove the queue")
         if len(queue.compute) > MAX_COMPUTE_RESOURCES_PER_QUEUE:
-            yield _error(f"queues[{q}].compute", f"{len(queue.compute)} compute resources; at most "
-                         f"{MAX_COMPUTE_RESOURCES_PER_QUEUE} per queue", "split the queue", len(queue.compute))
+            yield error(f"queues[{q}].compute", f"{len(queue.compute)} compute resources; at most "
+                        f"{MAX_COMPUTE_RESOURCES_PER_QUEUE} per queue", "split the queue", len(queue.compute))
     total = sum(len(queue.compute) for queue in spec.queues)
     if total > MAX_COMPUTE_RESOURCES_PER_CLUSTER:
-        yield _error("queues", f"{total} compute resources in the cluster; at most "
-                     f"{MAX_COMPUTE_RESOURCES_PER_CLUSTER} allowed", "remove compute resources", total)
+        yield error("queues", f"{total} compute resources in the cluster; at most "
+                    f"{MAX_COMPUTE_RESOURCES_PER_CLUSTER} allowed", "remove compute resources", total)
 
 
 @rule
 def node_counts(spec: ClusterSpec) -> Iterator[Finding]:
     for _, _, path, compute in _compute_resources(spec):
         if compute.min_count is not None and compute.min_count < 0:
-            yield _error(f"{path}.min_count", "min_count must be 0 or more", "set min_count: 0 for no static nodes",
-                         compute.min_count)
+            yield error(f"{path}.min_count", "min_count must be 0 or more", "set min_count: 0 for no static nodes",
+                        compute.min_count)
         if compute.max_count is not None and compute.max_count < 1:
-            yield _error(f"{path}.max_count", "max_count must be at least 1", "set max_count to the most nodes",
-                         compute.max_count)
+            yield error(f"{path}.max_count", "max_count must be at least 1", "set max_count to the most nodes",
+                        compute.max_count)
         if compute.effective_max_count < compute.effective_min_count:
-            yield _error(f"{path}.max_count",
-                         f"max_count {compute.effective_max_count} is below min_count {compute.effective_min_count}",
-                         "raise max_count to at least min_count", compute.effective_max_count)
+            yield error(f"{path}.max_count",
+                        f"max_count {compute.effective_max_count} is below min_count {compute.effective_min_count}",
+                        "raise max_count to at least min_count", compute.effective_max_count)
 
 
 @rule
 def login_nodes(spec: ClusterSpec) -> Iterator[Finding]:
     if len(spec.login_nodes) > MAX_LOGIN_POOLS:
-        yield _error("login_nodes", f"{len(spec.login_nodes)} login node pools; at most {MAX_LOGIN_POOLS}",
-                     "merge pools", len(spec.login_nodes))
+        yield error("login_nodes", f"{len(spec.login_nodes)} login node pools; at most {MAX_LOGIN_POOLS}",
+                    "merge pools", len(spec.login_nodes))
     for p, pool in enumerate(spec.login_nodes):
         yield from _resource_name_findings(f"login_nodes[{p}].name", pool.name, "login node pool")
         if pool.count < 0:
-            yield _error(f"login_nodes[{p}].count", "count must be 0 or more", "e.g. count: 1", pool.count)
+            yield error(f"login_nodes[{p}].count", "count must be 0 or more", "e.g. count: 1", pool.count)
     yield from _duplicates([pool.name for pool in spec.login_nodes], lambda p: f"login_nodes[{p}].name",
                            "login node pool")
 
@@ -321,7 +309,7 @@ def instance_types(spec: ClusterSpec) -> Iterator[Finding]:
         fix = (f"did you mean {' or '.join(map(repr, close))}?" if close
                else "see `aws ec2 describe-instance-types` for the names of EC2 instance types")
         what = "is not an EC2 instance type" if not _full(INSTANCE_TYPE_RE, name) else "does not exist in EC2"
-        yield _error(path, f"{name!r} {what} (clusterkit's instance table of {table.generated})", fix, name)
+        yield error(path, f"{name!r} {what} (clusterkit's instance table of {table.generated})", fix, name)
 
 
 @rule
@@ -329,18 +317,18 @@ def instance_regions(spec: ClusterSpec) -> Iterator[Finding]:
     table = offerings.table()
     if not table.covers(spec.region):
         if _full(REGION_RE, spec.region):
-            yield _warning("region", f"clusterkit's instance table ({table.generated}) has no data for "
-                           f"{spec.region}: whether it offers these instance types is checked only at create",
-                           "regenerate the table (scripts/regenerate-instance-offerings.py), or create the "
-                           "cluster to have AWS check", spec.region)
+            yield warning("region", f"clusterkit's instance table ({table.generated}) has no data for "
+                          f"{spec.region}: whether it offers these instance types is checked only at create",
+                          "regenerate the table (scripts/regenerate-instance-offerings.py), or create the "
+                          "cluster to have AWS check", spec.region)
         return
     for path, name in _instance_types(spec):
         if table.facts(name) is None or table.offered(name, spec.region):
             continue
         where = table.regions_offering(name)
         offered = f"it is offered in {', '.join(where)}" if where else "no region offers it"
-        yield _error(path, f"{name} is not offered in {spec.region} ({offered}; instance table of "
-                     f"{table.generated})", "use one of those regions (--region), or another instance type", name)
+        yield error(path, f"{name} is not offered in {spec.region} ({offered}; instance table of "
+                    f"{table.generated})", "use one of those regions (--region), or another instance type", name)
 
 
 @rule
@@ -354,12 +342,12 @@ def architectures(spec: ClusterSpec) -> Iterator[Finding]:
         if facts is None:
             continue
         if facts.architecture not in NODE_ARCHITECTURES:
-            yield _error(path, f"{name} is a {facts.architecture} type; ParallelCluster runs x86_64 and arm64 nodes",
-                         "choose an x86_64 or arm64 instance type", name)
+            yield error(path, f"{name} is a {facts.architecture} type; ParallelCluster runs x86_64 and arm64 nodes",
+                        "choose an x86_64 or arm64 instance type", name)
         elif head is not None and facts.architecture != head.architecture and path.startswith("queues["):
-            yield _error(path, f"{name} is {facts.architecture} but the head node ({head.name}) is "
-                         f"{head.architecture}: compute nodes boot the head node's {head.architecture} image",
-                         f"choose a {head.architecture} instance type, or a head node of {facts.architecture}", name)
+            yield error(path, f"{name} is {facts.architecture} but the head node ({head.name}) is "
+                        f"{head.architecture}: compute nodes boot the head node's {head.architecture} image",
+                        f"choose a {head.architecture} instance type, or a head node of {facts.architecture}", name)
 
 
 @rule
@@ -369,11 +357,11 @@ def efa_support(spec: ClusterSpec) -> Iterator[Finding]:
         if facts is None:
             continue
         if compute.efa and not facts.efa:
-            yield _error(f"{path}.efa", f"{compute.instance_type} has no EFA network interface",
-                         "set efa: false, or use an EFA-capable type (p4de, p5, trn1, g5.8xlarge and up)", True)
+            yield error(f"{path}.efa", f"{compute.instance_type} has no EFA network interface",
+                        "set efa: false, or use an EFA-capable type (p4de, p5, trn1, g5.8xlarge and up)", True)
         elif compute.efa is False and facts.efa:
-            yield _warning(f"{path}.efa", f"{compute.instance_type} supports EFA but it is turned off; multi-node "
-                           "training then runs over plain TCP", "remove 'efa: false'", False)
+            yield warning(f"{path}.efa", f"{compute.instance_type} supports EFA but it is turned off; multi-node "
+                          "training then runs over plain TCP", "remove 'efa: false'", False)
 
 
 def _effective_placement(queue: QueueSpec, compute: ComputeSpec, queue_path: str, path: str
@@ -391,10 +379,10 @@ def placement_group_settings(spec: ClusterSpec) -> Iterator[Finding]:
         if group is None:
             continue
         if group.id and group.name:
-            yield _error(path, "placement group has both 'id' and 'name'", "keep only 'name'", group.id)
+            yield error(path, "placement group has both 'id' and 'name'", "keep only 'name'", group.id)
         if group.enabled is False and (group.id or group.name):
-            yield _error(path, "placement group is disabled but names an existing group",
-                         "remove 'name'/'id', or set enabled: true", group.name or group.id)
+            yield error(path, "placement group is disabled but names an existing group",
+                        "remove 'name'/'id', or set enabled: true", group.name or group.id)
 
 
 @rule
@@ -403,50 +391,50 @@ def efa_placement(spec: ClusterSpec) -> Iterator[Finding]:
         if not compute.efa_enabled:
             continue
         if len(spec.queue_subnets(queue)) > 1:
-            yield _error(f"{queue_path}.subnet_ids", "EFA needs all nodes in one Availability Zone; this queue "
-                         "spans several subnets", "give the queue one subnet, or set efa: false",
-                         spec.queue_subnets(queue))
+            yield error(f"{queue_path}.subnet_ids", "EFA needs all nodes in one Availability Zone; this queue "
+                        "spans several subnets", "give the queue one subnet, or set efa: false",
+                        spec.queue_subnets(queue))
             continue
         group, group_path = _effective_placement(queue, compute, queue_path, path)
         if group is None or group.enabled is None:
             continue
         if group.enabled is False and not uses_reserved_capacity(queue, compute):
-            yield _warning(f"{group_path}.enabled", "EFA without a placement group: nodes may land far apart and "
-                           "collective bandwidth drops", "remove 'enabled: false'", False)
+            yield warning(f"{group_path}.enabled", "EFA without a placement group: nodes may land far apart and "
+                          "collective bandwidth drops", "remove 'enabled: false'", False)
         elif group.enabled and uses_reserved_capacity(queue, compute):
-            yield _warning(f"{group_path}.enabled", "a placement group with a Capacity Block or capacity "
-                           "reservation causes insufficient-capacity errors",
-                           "remove the placement_group (clusterkit then disables it)", True)
+            yield warning(f"{group_path}.enabled", "a placement group with a Capacity Block or capacity "
+                          "reservation causes insufficient-capacity errors",
+                          "remove the placement_group (clusterkit then disables it)", True)
 
 
 @rule
 def capacity(spec: ClusterSpec) -> Iterator[Finding]:
     for q, queue in enumerate(spec.queues):
         if queue.capacity_type not in CAPACITY_TYPES:
-            yield _error(f"queues[{q}].capacity_type", f"unknown capacity type {queue.capacity_type!r}",
-                         _suggest(queue.capacity_type, CAPACITY_TYPES), queue.capacity_type)
+            yield error(f"queues[{q}].capacity_type", f"unknown capacity type {queue.capacity_type!r}",
+                        _suggest(queue.capacity_type, CAPACITY_TYPES), queue.capacity_type)
     for _, queue, path, compute in _compute_resources(spec):
         reservation = compute.capacity_reservation_id
         group = compute.capacity_reservation_resource_group_arn
         if reservation is not None and not _full(CAPACITY_RESERVATION_RE, reservation):
-            yield _error(f"{path}.capacity_reservation_id", "capacity reservation ids look like cr-<17 hex digits>",
-                         "copy the id from the EC2 console (Capacity Reservations)", reservation)
+            yield error(f"{path}.capacity_reservation_id", "capacity reservation ids look like cr-<17 hex digits>",
+                        "copy the id from the EC2 console (Capacity Reservations)", reservation)
         if group is not None and not _full(RESOURCE_GROUP_ARN_RE, group):
-            yield _error(f"{path}.capacity_reservation_resource_group_arn", "a resource group ARN looks like "
-                         "arn:aws:resource-groups:REGION:ACCOUNT:group/NAME", "copy the group's ARN", group)
+            yield error(f"{path}.capacity_reservation_resource_group_arn", "a resource group ARN looks like "
+                        "arn:aws:resource-groups:REGION:ACCOUNT:group/NAME", "copy the group's ARN", group)
         if reservation is not None and group is not None:
-            yield _error(f"{path}.capacity_reservation_resource_group_arn", "give either a capacity reservation or "
-                         "a resource group of reservations, not both", "remove one of them", group)
+            yield error(f"{path}.capacity_reservation_resource_group_arn", "give either a capacity reservation or "
+                        "a resource group of reservations, not both", "remove one of them", group)
         if queue.capacity_type != "CAPACITY_BLOCK":
             continue
         if reservation is None:
-            yield _error(f"{path}.capacity_reservation_id", "a Capacity Block queue needs the reservation id "
-                         "of the block", "set capacity_reservation_id: cr-...")
+            yield error(f"{path}.capacity_reservation_id", "a Capacity Block queue needs the reservation id "
+                        "of the block", "set capacity_reservation_id: cr-...")
         low, high = compute.effective_min_count, compute.effective_max_count
         if low != high or high < 1:
-            yield _error(f"{path}.min_count", f"with CAPACITY_BLOCK min_count and max_count must be equal and "
-                         f"above 0 (got {low} and {high})", "set both to the number of instances in the block",
-                         [low, high])
+            yield error(f"{path}.min_count", f"with CAPACITY_BLOCK min_count and max_count must be equal and "
+                        f"above 0 (got {low} and {high})", "set both to the number of instances in the block",
+                        [low, high])
 
 
 # --- shared storage ----------------------------------------------------------------------------
@@ -455,14 +443,14 @@ def capacity(spec: ClusterSpec) -> Iterator[Finding]:
 def _chunk_size_findings(path: str, size: int | None) -> Iterator[Finding]:
     low, high = IMPORTED_FILE_CHUNK_MIB
     if size is not None and not low <= size <= high:
-        yield _error(path, f"imported_file_chunk_size is {low} to {high:,} MiB", "e.g. 1024", size)
+        yield error(path, f"imported_file_chunk_size is {low} to {high:,} MiB", "e.g. 1024", size)
 
 
 def _lustre_new_findings(path: str, fsx: LustreSpec) -> Iterator[Finding]:
     deployment = fsx.effective_deployment_type
     if deployment not in LUSTRE_DEPLOYMENT_TYPES:
-        yield _error(f"{path}.deployment_type", f"unknown FSx for Lustre deployment type {deployment!r}",
-                     _suggest(deployment, LUSTRE_DEPLOYMENT_TYPES), deployment)
+        yield error(f"{path}.deployment_type", f"unknown FSx for Lustre deployment type {deployment!r}",
+                    _suggest(deployment, LUSTRE_DEPLOYMENT_TYPES), deployment)
         return
     capacity = fsx.effective_capacity_gib
     if deployment == "SCRATCH_1":
@@ -470,34 +458,34 @@ def _lustre_new_findings(path: str, fsx: LustreSpec) -> Iterator[Finding]:
     else:
         ok, allowed = capacity == 1200 or (capacity > 0 and capacity % 2400 == 0), "1200 or n × 2400"
     if not ok:
-        yield _error(f"{path}.storage_capacity_gib", f"{deployment} capacity must be {allowed} GiB",
-                     f"use {allowed} GiB, e.g. 1200 or 4800", capacity)
+        yield error(f"{path}.storage_capacity_gib", f"{deployment} capacity must be {allowed} GiB",
+                    f"use {allowed} GiB, e.g. 1200 or 4800", capacity)
     throughput = fsx.per_unit_storage_throughput
     if deployment in LUSTRE_THROUGHPUT:
         allowed_throughput = LUSTRE_THROUGHPUT[deployment]
         if throughput is not None and throughput not in allowed_throughput:
-            yield _error(f"{path}.per_unit_storage_throughput", f"{deployment} takes "
-                         f"{', '.join(map(str, allowed_throughput))} MB/s per TiB",
-                         f"use one of {', '.join(map(str, allowed_throughput))}", throughput)
+            yield error(f"{path}.per_unit_storage_throughput", f"{deployment} takes "
+                        f"{', '.join(map(str, allowed_throughput))} MB/s per TiB",
+                        f"use one of {', '.join(map(str, allowed_throughput))}", throughput)
     elif throughput is not None:
-        yield _error(f"{path}.per_unit_storage_throughput", f"{deployment} has no per-unit throughput setting",
-                     "remove per_unit_storage_throughput, or use PERSISTENT_2", throughput)
+        yield error(f"{path}.per_unit_storage_throughput", f"{deployment} has no per-unit throughput setting",
+                    "remove per_unit_storage_throughput, or use PERSISTENT_2", throughput)
     if fsx.data_compression is not None and fsx.data_compression != "LZ4":
-        yield _error(f"{path}.data_compression", "FSx for Lustre compresses only with LZ4", "set data_compression: LZ4",
-                     fsx.data_compression)
+        yield error(f"{path}.data_compression", "FSx for Lustre compresses only with LZ4", "set data_compression: LZ4",
+                    fsx.data_compression)
     if fsx.import_path is None:
         for key in ("export_path", "auto_import_policy", "imported_file_chunk_size"):
             if getattr(fsx, key) is not None:
-                yield _error(f"{path}.{key}", f"{key} needs import_path", "set import_path: s3://BUCKET/PREFIX, or "
-                             "use data_repository_associations", getattr(fsx, key))
+                yield error(f"{path}.{key}", f"{key} needs import_path", "set import_path: s3://BUCKET/PREFIX, or "
+                            "use data_repository_associations", getattr(fsx, key))
     yield from _chunk_size_findings(f"{path}.imported_file_chunk_size", fsx.imported_file_chunk_size)
     if fsx.auto_import_policy is not None and fsx.auto_import_policy not in LUSTRE_AUTO_IMPORT_POLICIES:
-        yield _error(f"{path}.auto_import_policy", f"unknown auto import policy {fsx.auto_import_policy!r}",
-                     _suggest(fsx.auto_import_policy, LUSTRE_AUTO_IMPORT_POLICIES), fsx.auto_import_policy)
+        yield error(f"{path}.auto_import_policy", f"unknown auto import policy {fsx.auto_import_policy!r}",
+                    _suggest(fsx.auto_import_policy, LUSTRE_AUTO_IMPORT_POLICIES), fsx.auto_import_policy)
     for key in ("import_path", "export_path"):
         value = getattr(fsx, key)
         if value is not None and not value.startswith("s3://"):
-            yield _error(f"{path}.{key}", f"{key} must be an S3 URL", "write it as s3://BUCKET/PREFIX", value)
+            yield error(f"{path}.{key}", f"{key} must be an S3 URL", "write it as s3://BUCKET/PREFIX", value)
     yield from _dra_findings(path, fsx)
 
 
@@ -506,32 +494,32 @@ def _dra_findings(path: str, fsx: LustreSpec) -> Iterator[Finding]:
     if not associations:
         return
     if len(associations) > MAX_DATA_REPOSITORY_ASSOCIATIONS:
-        yield _error(f"{path}.data_repository_associations", f"{len(associations)} data repository associations; "
-                     f"at most {MAX_DATA_REPOSITORY_ASSOCIATIONS}", "merge S3 prefixes", len(associations))
+        yield error(f"{path}.data_repository_associations", f"{len(associations)} data repository associations; "
+                    f"at most {MAX_DATA_REPOSITORY_ASSOCIATIONS}", "merge S3 prefixes", len(associations))
     for key in ("import_path", "export_path"):
         if getattr(fsx, key) is not None:
-            yield _error(f"{path}.{key}", f"{key} cannot be combined with data_repository_associations",
-                         f"remove {key}; describe the S3 link as a data repository association", getattr(fsx, key))
+            yield error(f"{path}.{key}", f"{key} cannot be combined with data_repository_associations",
+                        f"remove {key}; describe the S3 link as a data repository association", getattr(fsx, key))
     for d, association in enumerate(associations):
         dra_path = f"{path}.data_repository_associations[{d}]"
         if not association.data_repository_path.startswith("s3://"):
-            yield _error(f"{dra_path}.data_repository_path", "must be an S3 URL", "write it as s3://BUCKET/PREFIX",
-                         association.data_repository_path)
+            yield error(f"{dra_path}.data_repository_path", "must be an S3 URL", "write it as s3://BUCKET/PREFIX",
+                        association.data_repository_path)
         if not association.file_system_path.startswith("/"):
-            yield _warning(f"{dra_path}.file_system_path", "a path inside the file system starts with '/'",
-                           f"write /{association.file_system_path}", association.file_system_path)
+            yield warning(f"{dra_path}.file_system_path", "a path inside the file system starts with '/'",
+                          f"write /{association.file_system_path}", association.file_system_path)
         yield from _chunk_size_findings(f"{dra_path}.imported_file_chunk_size", association.imported_file_chunk_size)
         for key in ("auto_import_policy", "auto_export_policy"):
             for event in getattr(association, key):
                 if event not in DRA_POLICY_EVENTS:
-                    yield _error(f"{dra_path}.{key}", f"unknown event {event!r}", _suggest(event, DRA_POLICY_EVENTS),
-                                 event)
+                    yield error(f"{dra_path}.{key}", f"unknown event {event!r}", _suggest(event, DRA_POLICY_EVENTS),
+                                event)
     names = Counter(a.name for a in associations)
     for d, association in enumerate(associations):
         if names[association.name] > 1:
-            yield _warning(f"{path}.data_repository_associations[{d}].name", f"two associations are named "
-                           f"{association.name!r}: a cluster update cannot tell them apart", "give each its own name",
-                           association.name)
+            yield warning(f"{path}.data_repository_associations[{d}].name", f"two associations are named "
+                          f"{association.name!r}: a cluster update cannot tell them apart", "give each its own name",
+                          association.name)
 
 
 _LUSTRE_CREATION_FIELDS = ("deployment_type", "storage_capacity_gib", "per_unit_storage_throughput",
@@ -547,16 +535,16 @@ def lustre_settings(spec: ClusterSpec) -> Iterator[Finding]:
             yield from _lustre_new_findings(path, fsx)
             continue
         if not _full(FSX_LUSTRE_ID_RE, fsx.file_system_id or ""):
-            yield _error(f"{path}.file_system_id", "FSx file system ids look like fs-<17 characters>",
-                         "copy the id from the FSx console", fsx.file_system_id)
+            yield error(f"{path}.file_system_id", "FSx file system ids look like fs-<17 characters>",
+                        "copy the id from the FSx console", fsx.file_system_id)
         for key in _LUSTRE_CREATION_FIELDS:
             if getattr(fsx, key) is not None:
-                yield _error(f"{path}.{key}", f"{key} only applies to a new file system, not to file_system_id",
-                             f"remove {key}", getattr(fsx, key))
+                yield error(f"{path}.{key}", f"{key} only applies to a new file system, not to file_system_id",
+                            f"remove {key}", getattr(fsx, key))
         if fsx.data_repository_associations:
-            yield _error(f"{path}.data_repository_associations", "data repository associations only apply to a "
-                         "new file system", "manage them on the existing file system",
-                         len(fsx.data_repository_associations))
+            yield error(f"{path}.data_repository_associations", "data repository associations only apply to a "
+                        "new file system", "manage them on the existing file system",
+                        len(fsx.data_repository_associations))
 
 
 @rule
@@ -566,26 +554,26 @@ def efs_settings(spec: ClusterSpec) -> Iterator[Finding]:
         path = f"storage.efs[{i}]"
         if not efs.is_new:
             if not _full(EFS_ID_RE, efs.file_system_id or ""):
-                yield _error(f"{path}.file_system_id", "EFS ids look like fs-<8 or 17 characters>",
-                             "copy the id from the EFS console", efs.file_system_id)
+                yield error(f"{path}.file_system_id", "EFS ids look like fs-<8 or 17 characters>",
+                            "copy the id from the EFS console", efs.file_system_id)
             for key in ("throughput_mode", "provisioned_throughput", "deletion_policy"):
                 if getattr(efs, key) is not None:
-                    yield _error(f"{path}.{key}", f"{key} only applies to a new file system", f"remove {key}",
-                                 getattr(efs, key))
+                    yield error(f"{path}.{key}", f"{key} only applies to a new file system", f"remove {key}",
+                                getattr(efs, key))
             continue
         mode, throughput = efs.throughput_mode, efs.provisioned_throughput
         if mode is not None and mode not in EFS_THROUGHPUT_MODES:
-            yield _error(f"{path}.throughput_mode", f"unknown EFS throughput mode {mode!r}",
-                         _suggest(mode, EFS_THROUGHPUT_MODES), mode)
+            yield error(f"{path}.throughput_mode", f"unknown EFS throughput mode {mode!r}",
+                        _suggest(mode, EFS_THROUGHPUT_MODES), mode)
         elif mode == "provisioned" and throughput is None:
-            yield _error(f"{path}.provisioned_throughput", "throughput_mode provisioned needs provisioned_throughput",
-                         f"set provisioned_throughput in MiB/s ({low}-{high})")
+            yield error(f"{path}.provisioned_throughput", "throughput_mode provisioned needs provisioned_throughput",
+                        f"set provisioned_throughput in MiB/s ({low}-{high})")
         elif mode != "provisioned" and throughput is not None:
-            yield _error(f"{path}.provisioned_throughput", "provisioned_throughput needs throughput_mode: provisioned",
-                         "set throughput_mode: provisioned, or remove provisioned_throughput", throughput)
+            yield error(f"{path}.provisioned_throughput", "provisioned_throughput needs throughput_mode: provisioned",
+                        "set throughput_mode: provisioned, or remove provisioned_throughput", throughput)
         if throughput is not None and not low <= throughput <= high:
-            yield _error(f"{path}.provisioned_throughput", f"provisioned_throughput is {low} to {high} MiB/s",
-                         "e.g. 128", throughput)
+            yield error(f"{path}.provisioned_throughput", f"provisioned_throughput is {low} to {high} MiB/s",
+                        "e.g. 128", throughput)
 
 
 def _ebs_size_findings(path: str, volume_type: str, size: int, what: str) -> Iterator[Finding]:
@@ -593,29 +581,29 @@ def _ebs_size_findings(path: str, volume_type: str, size: int, what: str) -> Ite
         return
     low, high = EBS_SIZES[volume_type]
     if not low <= size <= high:
-        yield _error(path, f"{what} {volume_type} volume of {size} GiB; {volume_type} volumes are {low} to "
-                     f"{high:,} GiB", f"give a size from {low} to {high:,} GiB", size)
+        yield error(path, f"{what} {volume_type} volume of {size} GiB; {volume_type} volumes are {low} to "
+                    f"{high:,} GiB", f"give a size from {low} to {high:,} GiB", size)
 
 
 @rule
 def openzfs_and_ebs_settings(spec: ClusterSpec) -> Iterator[Finding]:
     for i, volume in enumerate(spec.storage.openzfs):
         if not _full(FSX_VOLUME_ID_RE, volume.volume_id):
-            yield _error(f"storage.openzfs[{i}].volume_id", "FSx volume ids look like fsvol-<17 hex digits>",
-                         "copy the volume id from the FSx console", volume.volume_id)
+            yield error(f"storage.openzfs[{i}].volume_id", "FSx volume ids look like fsvol-<17 hex digits>",
+                        "copy the volume id from the FSx console", volume.volume_id)
     for i, ebs in enumerate(spec.storage.ebs):
         path = f"storage.ebs[{i}]"
         if ebs.volume_type not in EBS_SIZES:
-            yield _error(f"{path}.volume_type", f"unknown EBS volume type {ebs.volume_type!r}",
-                         _suggest(ebs.volume_type, EBS_SIZES), ebs.volume_type)
+            yield error(f"{path}.volume_type", f"unknown EBS volume type {ebs.volume_type!r}",
+                        _suggest(ebs.volume_type, EBS_SIZES), ebs.volume_type)
         if not ebs.is_new:
             if not _full(EBS_VOLUME_ID_RE, ebs.volume_id or ""):
-                yield _error(f"{path}.volume_id", "EBS volume ids look like vol-<17 characters>",
-                             "copy the id from the EC2 console", ebs.volume_id)
+                yield error(f"{path}.volume_id", "EBS volume ids look like vol-<17 characters>",
+                            "copy the id from the EC2 console", ebs.volume_id)
             for key in ("size_gib", "deletion_policy"):
                 if getattr(ebs, key) is not None:
-                    yield _warning(f"{path}.{key}", f"{key} is ignored for an existing volume (volume_id)",
-                                   f"remove {key}", getattr(ebs, key))
+                    yield warning(f"{path}.{key}", f"{key} is ignored for an existing volume (volume_id)",
+                                  f"remove {key}", getattr(ebs, key))
         elif ebs.size_gib is None:
             yield from _ebs_size_findings(f"{path}.size_gib", ebs.volume_type, EBS_DEFAULT_SIZE_GIB,
                                           "no size_gib gives a default")
@@ -632,8 +620,8 @@ def deletion_policies(spec: ClusterSpec) -> Iterator[Finding]:
                 for i, s in enumerate(spec.storage.ebs)]
     for path, policy, allowed in entries:
         if policy is not None and policy not in allowed:
-            yield _error(f"{path}.deletion_policy", f"unknown deletion policy {policy!r}", _suggest(policy, allowed),
-                         policy)
+            yield error(f"{path}.deletion_policy", f"unknown deletion policy {policy!r}", _suggest(policy, allowed),
+                        policy)
 
 
 @rule
@@ -652,7 +640,7 @@ def storage_counts(spec: ClusterSpec) -> Iterator[Finding]:
     )
     for path, count, limit, what, fix in limits:
         if count > limit:
-            yield _error(path, f"{count} {what}; at most {limit} allowed", fix, count)
+            yield error(path, f"{count} {what}; at most {limit} allowed", fix, count)
 
 
 def _storage_entries(spec: ClusterSpec) -> list[tuple[str, str, str]]:
@@ -668,14 +656,14 @@ def storage_names(spec: ClusterSpec) -> Iterator[Finding]:
     entries = _storage_entries(spec)
     for path, name, _ in entries:
         if len(name) > STORAGE_NAME_MAX:
-            yield _error(f"{path}.name", f"storage name is {len(name)} characters; at most {STORAGE_NAME_MAX}",
-                         f"shorten it to {STORAGE_NAME_MAX} characters", name)
+            yield error(f"{path}.name", f"storage name is {len(name)} characters; at most {STORAGE_NAME_MAX}",
+                        f"shorten it to {STORAGE_NAME_MAX} characters", name)
         if name == "default":
-            yield _error(f"{path}.name", "'default' is reserved and cannot be a storage name", "pick another name",
-                         name)
+            yield error(f"{path}.name", "'default' is reserved and cannot be a storage name", "pick another name",
+                        name)
         if not _full(STORAGE_NAME_RE, name):
-            yield _error(f"{path}.name", "storage names hold letters, digits and + - = . _ : @ / only",
-                         "e.g. 'fsx' or 'home'", name)
+            yield error(f"{path}.name", "storage names hold letters, digits and + - = . _ : @ / only",
+                        "e.g. 'fsx' or 'home'", name)
     yield from _duplicates([name for _, name, _ in entries], lambda i: f"{entries[i][0]}.name", "storage")
 
 
@@ -689,28 +677,28 @@ def mount_dirs(spec: ClusterSpec) -> Iterator[Finding]:
     for path, _, mount_dir in _storage_entries(spec):
         field = f"{path}.mount_dir"
         if not _full(MOUNT_DIR_RE, mount_dir):
-            yield _error(field, "mount_dir must be a path without empty, '.' or '..' parts and without a "
-                         "trailing '/'", "e.g. /fsx or /data/shared", mount_dir)
+            yield error(field, "mount_dir must be a path without empty, '.' or '..' parts and without a "
+                        "trailing '/'", "e.g. /fsx or /data/shared", mount_dir)
             continue
         if not mount_dir.startswith("/"):
-            yield _warning(field, f"a relative mount_dir is mounted at /{mount_dir}",
-                           f"write the absolute path /{mount_dir}", mount_dir)
+            yield warning(field, f"a relative mount_dir is mounted at /{mount_dir}",
+                          f"write the absolute path /{mount_dir}", mount_dir)
         if any(character.isspace() for character in mount_dir):
-            yield _warning(field, "a mount_dir with a space breaks every script and job path that does not quote it",
-                           "use '-' or '_' instead of spaces", mount_dir)
+            yield warning(field, "a mount_dir with a space breaks every script and job path that does not quote it",
+                          "use '-' or '_' instead of spaces", mount_dir)
         normalized = _normalized_mount_dir(mount_dir)
         problem = system_dir_problem(normalized)
         if problem:
-            yield _error(field, f"{problem}: storage mounted there hides what the nodes need",
-                         "mount at /fsx, /data or /home", mount_dir)
+            yield error(field, f"{problem}: storage mounted there hides what the nodes need",
+                        "mount at /fsx, /data or /home", mount_dir)
             continue
         for other_path, other in seen:
             if normalized == other:
-                yield _error(field, f"{normalized} is already the mount_dir of {other_path}",
-                             "give each storage its own mount_dir", mount_dir)
+                yield error(field, f"{normalized} is already the mount_dir of {other_path}",
+                            "give each storage its own mount_dir", mount_dir)
             elif normalized.startswith(other + "/") or other.startswith(normalized + "/"):
-                yield _error(field, f"{normalized} overlaps {other} ({other_path})",
-                             "mount storage side by side, not inside each other", mount_dir)
+                yield error(field, f"{normalized} overlaps {other} ({other_path})",
+                            "mount storage side by side, not inside each other", mount_dir)
         seen.append((path, normalized))
 
 
@@ -722,10 +710,10 @@ def managed_storage_subnets(spec: ClusterSpec) -> Iterator[Finding]:
         return
     for q, queue in enumerate(spec.queues):
         if len(spec.queue_subnets(queue)) > 1:
-            yield _error(f"queues[{q}].subnet_ids", "a queue in several subnets cannot reach the FSx for Lustre "
-                         f"file system the cluster creates (storage.lustre[{new_lustre[0]}], one Availability Zone)",
-                         "give the queue one subnet, or mount an existing file system by file_system_id",
-                         spec.queue_subnets(queue))
+            yield error(f"queues[{q}].subnet_ids", "a queue in several subnets cannot reach the FSx for Lustre "
+                        f"file system the cluster creates (storage.lustre[{new_lustre[0]}], one Availability Zone)",
+                        "give the queue one subnet, or mount an existing file system by file_system_id",
+                        spec.queue_subnets(queue))
 
 
 # --- cluster-wide settings ---------------------------------------------------------------------
@@ -734,13 +722,13 @@ def managed_storage_subnets(spec: ClusterSpec) -> Iterator[Finding]:
 @rule
 def operating_system(spec: ClusterSpec) -> Iterator[Finding]:
     if spec.os == "alinux2":
-        yield _error("os", "alinux2 was dropped in ParallelCluster 3.16", "use alinux2023 or ubuntu2204", spec.os)
+        yield error("os", "alinux2 was dropped in ParallelCluster 3.16", "use alinux2023 or ubuntu2204", spec.os)
     elif spec.os not in SUPPORTED_OS:
-        yield _error("os", f"ParallelCluster 3.16 does not support os {spec.os!r}", _suggest(spec.os, SUPPORTED_OS),
-                     spec.os)
+        yield error("os", f"ParallelCluster 3.16 does not support os {spec.os!r}", _suggest(spec.os, SUPPORTED_OS),
+                    spec.os)
     elif spec.os in OS_WITHOUT_OFFICIAL_AMI and not spec.image.custom_ami:
-        yield _error("image.custom_ami", f"ParallelCluster publishes no {spec.os} image: {spec.os} needs a custom AMI",
-                     "build one with `pcluster build-image` and set image.custom_ami, or use ubuntu2204", spec.os)
+        yield error("image.custom_ami", f"ParallelCluster publishes no {spec.os} image: {spec.os} needs a custom AMI",
+                    "build one with `pcluster build-image` and set image.custom_ami, or use ubuntu2204", spec.os)
 
 
 @rule
@@ -750,23 +738,23 @@ def image(spec: ClusterSpec) -> Iterator[Finding]:
         return
     if custom.startswith("ami-"):
         if not _full(AMI_ID_RE, custom):
-            yield _error("image.custom_ami", "AMI ids look like ami-<17 characters>", "copy the id from the EC2 "
-                         "console, or give the image's name", custom)
+            yield error("image.custom_ami", "AMI ids look like ami-<17 characters>", "copy the id from the EC2 "
+                        "console, or give the image's name", custom)
     elif not _full(AMI_NAME_RE, custom):
-        yield _error("image.custom_ami", "not an AMI id (ami-...) nor an AMI name (3-128 letters, digits, spaces "
-                     "and ( ) [ ] . / ' @ _ -)", "give the image's id or exact name", custom)
+        yield error("image.custom_ami", "not an AMI id (ami-...) nor an AMI name (3-128 letters, digits, spaces "
+                    "and ( ) [ ] . / ' @ _ -)", "give the image's id or exact name", custom)
     else:
-        yield _info("image.custom_ami", f"AMI {custom!r} is looked up by name at create; until then the config "
-                    "holds a placeholder id", "give the ami- id to see it in the dry run", custom)
+        yield info("image.custom_ami", f"AMI {custom!r} is looked up by name at create; until then the config "
+                   "holds a placeholder id", "give the ami- id to see it in the dry run", custom)
 
 
 @rule
 def region(spec: ClusterSpec) -> Iterator[Finding]:
     if not _full(REGION_RE, spec.region):
-        yield _error("region", f"{spec.region!r} is not an AWS region name", "e.g. us-east-1", spec.region)
+        yield error("region", f"{spec.region!r} is not an AWS region name", "e.g. us-east-1", spec.region)
     elif spec.region not in PARALLELCLUSTER_REGIONS:
-        yield _error("region", f"ParallelCluster 3.16 does not support {spec.region}",
-                     _suggest(spec.region, PARALLELCLUSTER_REGIONS), spec.region)
+        yield error("region", f"ParallelCluster 3.16 does not support {spec.region}",
+                    _suggest(spec.region, PARALLELCLUSTER_REGIONS), spec.region)
 
 
 @rule
@@ -777,38 +765,38 @@ def subnets(spec: ClusterSpec) -> Iterator[Finding]:
     given += [(f"login_nodes[{p}].subnet_id", pool.subnet_id) for p, pool in enumerate(spec.login_nodes)]
     for path, subnet in given:
         if subnet is not None and not _full(SUBNET_RE, subnet):
-            yield _error(path, "subnet ids look like subnet-<8 or 17 characters>", "copy the id from the VPC console",
-                         subnet)
+            yield error(path, "subnet ids look like subnet-<8 or 17 characters>", "copy the id from the VPC console",
+                        subnet)
     partial = spec.subnet_id is None and (spec.head_node.subnet_id is None
                                           or not all(q.subnet_ids for q in spec.queues))
     named = any(subnet for _, subnet in given)
     if spec.network == NETWORK_CREATE and named:
         path, subnet = next((path, subnet) for path, subnet in given if subnet)
-        yield _error(path, "network: create makes the cluster's subnets; a subnet given as well is never used",
-                     "leave the subnets out, or set network: existing", subnet)
+        yield error(path, "network: create makes the cluster's subnets; a subnet given as well is never used",
+                    "leave the subnets out, or set network: existing", subnet)
     elif spec.network == NETWORK_EXISTING and partial:
-        yield _warning("subnet_id", "no subnet given: the config holds a placeholder subnet; at create a subnet of "
-                       "the default VPC is chosen", "pass --subnet-id or set subnet_id in the spec")
+        yield warning("subnet_id", "no subnet given: the config holds a placeholder subnet; at create a subnet of "
+                      "the default VPC is chosen", "pass --subnet-id or set subnet_id in the spec")
     elif partial and not named:
-        yield _info("subnet_id", "no subnet given: at create, a private subnet of the account that fits, or else a "
-                    "network of clusterkit's own (its prerequisites stack: VPC, public and private subnet, NAT "
-                    "gateway, S3 endpoint); the config holds placeholders until then",
-                    "pass --subnet-id, or set network: create or existing")
+        yield info("subnet_id", "no subnet given: at create, a private subnet of the account that fits, or else a "
+                   "network of clusterkit's own (its prerequisites stack: VPC, public and private subnet, NAT "
+                   "gateway, S3 endpoint); the config holds placeholders until then",
+                   "pass --subnet-id, or set network: create or existing")
     elif partial:
-        yield _warning("subnet_id", "no subnet given: the config holds a placeholder subnet that must be replaced "
-                       "before creating the cluster", "pass --subnet-id or set subnet_id in the spec")
+        yield warning("subnet_id", "no subnet given: the config holds a placeholder subnet that must be replaced "
+                      "before creating the cluster", "pass --subnet-id or set subnet_id in the spec")
 
 
 @rule
 def network(spec: ClusterSpec) -> Iterator[Finding]:
     if spec.network is not None and spec.network not in NETWORK_MODES:
-        yield _error("network", f"network is one of {', '.join(NETWORK_MODES)}", "create: a network of clusterkit's "
-                     "own; existing: the spec's subnets or the default VPC; leave it out to decide at create",
-                     spec.network)
+        yield error("network", f"network is one of {', '.join(NETWORK_MODES)}", "create: a network of clusterkit's "
+                    "own; existing: the spec's subnets or the default VPC; leave it out to decide at create",
+                    spec.network)
     for g, group in enumerate(spec.head_node.additional_security_groups):
         if not _full(SECURITY_GROUP_RE, group):
-            yield _error(f"head_node.additional_security_groups[{g}]", "security group ids look like "
-                         "sg-<8 or 17 characters>", "copy the id from the VPC console", group)
+            yield error(f"head_node.additional_security_groups[{g}]", "security group ids look like "
+                        "sg-<8 or 17 characters>", "copy the id from the VPC console", group)
 
 
 @rule
@@ -816,34 +804,34 @@ def clusterkit_on_nodes(spec: ClusterSpec) -> Iterator[Finding]:
     package = spec.clusterkit.package
     by_name = package is not None and _full(PIP_REQUIREMENT_RE, package) and not package.endswith(PIP_ARCHIVE_SUFFIXES)
     if package is not None and not by_name and not _full(PIP_URL_RE, package):
-        yield _error("clusterkit.package", f"{shorten(package)!r} is neither one requirement of the package index nor "
-                     "an https:// URL (root installs it on the head node: no other scheme, local file, option or "
-                     "second word)",
-                     "e.g. clusterkit==0.1.0 or https://example.com/clusterkit-0.1.0-py3-none-any.whl", package)
+        yield error("clusterkit.package", f"{shorten(package)!r} is neither one requirement of the package index nor "
+                    "an https:// URL (root installs it on the head node: no other scheme, local file, option or "
+                    "second word)",
+                    "e.g. clusterkit==0.1.0 or https://example.com/clusterkit-0.1.0-py3-none-any.whl", package)
     if spec.clusterkit.install:
-        yield _info("clusterkit.install", f"the head node installs clusterkit into {clusterkit_venv(spec)} (shared "
-                    f"storage): supervised jobs run {clusterkit_venv(spec)}/bin/python unless supervise.python "
-                    "names another",
-                    "set clusterkit.install: false to leave clusterkit off the nodes")
+        yield info("clusterkit.install", f"the head node installs clusterkit into {clusterkit_venv(spec)} (shared "
+                   f"storage): supervised jobs run {clusterkit_venv(spec)}/bin/python unless supervise.python "
+                   "names another",
+                   "set clusterkit.install: false to leave clusterkit off the nodes")
 
 
 @rule
 def ssh_access(spec: ClusterSpec) -> Iterator[Finding]:
     cidr = spec.ssh.allowed_cidr
     if cidr is None:
-        yield _info("ssh.allowed_cidr", f"SSH to the head node is allowed from {DEFAULT_SSH_CIDR} only",
-                    "set ssh.allowed_cidr to your network, or connect with SSM Session Manager", DEFAULT_SSH_CIDR)
+        yield info("ssh.allowed_cidr", f"SSH to the head node is allowed from {DEFAULT_SSH_CIDR} only",
+                   "set ssh.allowed_cidr to your network, or connect with SSM Session Manager", DEFAULT_SSH_CIDR)
     elif _full(PREFIX_LIST_RE, cidr):
         pass
     elif not _full(IPV4_CIDR_RE, cidr):
-        yield _error("ssh.allowed_cidr", f"{cidr!r} is not an IPv4 CIDR block with a mask, nor a prefix list id",
-                     "write it like 203.0.113.0/24 (a single address as 203.0.113.7/32), or pl-...", cidr)
+        yield error("ssh.allowed_cidr", f"{cidr!r} is not an IPv4 CIDR block with a mask, nor a prefix list id",
+                    "write it like 203.0.113.0/24 (a single address as 203.0.113.7/32), or pl-...", cidr)
     elif cidr == WORLD_CIDR:
-        yield _warning("ssh.allowed_cidr", "SSH to the head node is open to the whole internet",
-                       "restrict it to your network, e.g. 203.0.113.0/24", cidr)
+        yield warning("ssh.allowed_cidr", "SSH to the head node is open to the whole internet",
+                      "restrict it to your network, e.g. 203.0.113.0/24", cidr)
     if not spec.ssh.key_name:
-        yield _warning("ssh.key_name", "no SSH key pair: you reach the head node through SSM Session Manager",
-                       "pass --key-name or set ssh.key_name (an ed25519 key; RSA fails on ubuntu2204)")
+        yield warning("ssh.key_name", "no SSH key pair: you reach the head node through SSM Session Manager",
+                      "pass --key-name or set ssh.key_name (an ed25519 key; RSA fails on ubuntu2204)")
 
 
 def _slurm_settings_findings(path: str, settings: dict[str, str], denied: frozenset[str], level: str
@@ -851,39 +839,39 @@ def _slurm_settings_findings(path: str, settings: dict[str, str], denied: frozen
     for key, value in settings.items():
         field = f"{path}.{key}"
         if not _full(SLURM_KEY_RE, key):
-            yield _error(field, "a slurm.conf key holds only letters and digits", "e.g. RequeueExit", key)
+            yield error(field, "a slurm.conf key holds only letters and digits", "e.g. RequeueExit", key)
         elif key.lower() in denied:
-            yield _error(field, f"ParallelCluster manages {key} itself and rejects it at {level} level",
-                         f"remove {key}", value)
+            yield error(field, f"ParallelCluster manages {key} itself and rejects it at {level} level",
+                        f"remove {key}", value)
         if "#" in value:
-            yield _error(field, f"{shorten(value)!r} holds `#`, which starts a comment in slurm.conf even inside "
-                         "quotes: the value would end there", "remove the `#`", value)
+            yield error(field, f"{shorten(value)!r} holds `#`, which starts a comment in slurm.conf even inside "
+                        "quotes: the value would end there", "remove the `#`", value)
         elif not _full(SLURM_VALUE_RE, value):
             if re.search(SLURM_SECOND_SETTING_RE, value):
-                yield _error(field, "the value hides a second `Key=value` setting (slurm.conf reads every word of a "
-                             "line)", "give each setting its own key", value)
+                yield error(field, "the value hides a second `Key=value` setting (slurm.conf reads every word of a "
+                            "line)", "give each setting its own key", value)
             else:
-                yield _error(field, f"{shorten(value)!r}: a space outside double quotes ends a slurm.conf value (the "
-                             'rest is read as another setting), and a `"` may only wrap the whole value',
-                             'write one word, or wrap the whole value in double quotes ("a b")', value)
+                yield error(field, f"{shorten(value)!r}: a space outside double quotes ends a slurm.conf value (the "
+                            'rest is read as another setting), and a `"` may only wrap the whole value',
+                            'write one word, or wrap the whole value in double quotes ("a b")', value)
 
 
 @rule
 def slurm_settings(spec: ClusterSpec) -> Iterator[Finding]:
     slurm = spec.slurm
     if slurm.scaledown_idletime is not None and slurm.scaledown_idletime < -1:
-        yield _error("slurm.scaledown_idletime", "scaledown_idletime must be -1 (never) or more minutes",
-                     "e.g. 10", slurm.scaledown_idletime)
+        yield error("slurm.scaledown_idletime", "scaledown_idletime must be -1 (never) or more minutes",
+                    "e.g. 10", slurm.scaledown_idletime)
     strategy = slurm.queue_update_strategy
     if strategy is not None and strategy not in QUEUE_UPDATE_STRATEGIES:
-        yield _error("slurm.queue_update_strategy", f"unknown queue update strategy {strategy!r}",
-                     _suggest(strategy, QUEUE_UPDATE_STRATEGIES), strategy)
+        yield error("slurm.queue_update_strategy", f"unknown queue update strategy {strategy!r}",
+                    _suggest(strategy, QUEUE_UPDATE_STRATEGIES), strategy)
     denied = SLURM_DENIED_SETTINGS | (SLURM_DENIED_WITH_ACCOUNTING if slurm.accounting else frozenset())
     yield from _slurm_settings_findings("slurm.custom_settings", slurm.custom_settings, denied, "cluster")
     for key, value in slurm.custom_settings.items():
         if key.lower() == "jobrequeue":
-            yield _warning(f"slurm.custom_settings.{key}", f"{key}={value} here wins over slurm.job_requeue",
-                           "use slurm.job_requeue: true/false instead", value)
+            yield warning(f"slurm.custom_settings.{key}", f"{key}={value} here wins over slurm.job_requeue",
+                          "use slurm.job_requeue: true/false instead", value)
     for _, _, path, compute in _compute_resources(spec):
         yield from _slurm_settings_findings(f"{path}.slurm_settings", compute.slurm_settings,
                                             SLURM_DENIED_NODE_SETTINGS, "compute resource")
@@ -893,43 +881,43 @@ def slurm_settings(spec: ClusterSpec) -> Iterator[Finding]:
 def slurm_accounting(spec: ClusterSpec) -> Iterator[Finding]:
     accounting = spec.slurm.accounting
     if accounting is None:
-        yield _warning("slurm.accounting", "no Slurm accounting database: sacct cannot tell how jobs ended, "
-                       "so clusterkit's job tracking (requeues, watch) and its preflight will not work",
-                       "set slurm.accounting: create (a small RDS database of clusterkit's own), or uri, "
-                       "user_name, password_secret_arn of a MySQL-compatible database such as Amazon RDS or Aurora")
+        yield warning("slurm.accounting", "no Slurm accounting database: sacct cannot tell how jobs ended, "
+                      "so clusterkit's job tracking (requeues, watch) and its preflight will not work",
+                      "set slurm.accounting: create (a small RDS database of clusterkit's own), or uri, "
+                      "user_name, password_secret_arn of a MySQL-compatible database such as Amazon RDS or Aurora")
         return
     given = [key for key in ("uri", "user_name", "password_secret_arn") if getattr(accounting, key) is not None]
     if accounting.create and len(given) < 3:  # all three: filled in from the prerequisites stack
         if given:
-            yield _error(f"slurm.accounting.{given[0]}", "accounting: create makes its own database; its address, "
-                         "user and secret come from the prerequisites stack", "leave out uri, user_name and "
-                         "password_secret_arn, or create: false to use that database", None)
+            yield error(f"slurm.accounting.{given[0]}", "accounting: create makes its own database; its address, "
+                        "user and secret come from the prerequisites stack", "leave out uri, user_name and "
+                        "password_secret_arn, or create: false to use that database", None)
         else:
-            yield _info("slurm.accounting", "the config holds placeholders for the database until clusterkit's "
-                        "prerequisites stack makes it at create (RDS for MySQL, encrypted, reachable from the head "
-                        "node only, its password in Secrets Manager)", "set accounting: none to go without one")
+            yield info("slurm.accounting", "the config holds placeholders for the database until clusterkit's "
+                       "prerequisites stack makes it at create (RDS for MySQL, encrypted, reachable from the head "
+                       "node only, its password in Secrets Manager)", "set accounting: none to go without one")
         return
     missing = [key for key in ("uri", "user_name", "password_secret_arn") if key not in given]
     if missing:
-        yield _error(f"slurm.accounting.{missing[0]}", f"an existing accounting database needs "
-                     f"{', '.join(missing)}", "give uri, user_name and password_secret_arn, or write "
-                     "accounting: create for a database of clusterkit's own")
+        yield error(f"slurm.accounting.{missing[0]}", f"an existing accounting database needs "
+                    f"{', '.join(missing)}", "give uri, user_name and password_secret_arn, or write "
+                    "accounting: create for a database of clusterkit's own")
         return
     uri = re.fullmatch(DATABASE_URI_RE, accounting.uri)
     if uri is None:
         fix = ("write host:port without a scheme" if "://" in accounting.uri
                else "write host:port, e.g. slurm-db.cluster-abc.us-east-1.rds.amazonaws.com:3306")
-        yield _error("slurm.accounting.uri", "the database address is host:port (no scheme, no path)", fix,
-                     accounting.uri)
+        yield error("slurm.accounting.uri", "the database address is host:port (no scheme, no path)", fix,
+                    accounting.uri)
     elif uri["port"] is not None and not 0 < int(uri["port"]) < 65536:
-        yield _error("slurm.accounting.uri", f"port {uri['port']} is not a TCP port", "e.g. 3306", accounting.uri)
+        yield error("slurm.accounting.uri", f"port {uri['port']} is not a TCP port", "e.g. 3306", accounting.uri)
     if not _full(DATABASE_USER_RE, accounting.user_name):
-        yield _error("slurm.accounting.user_name", "the database user is one word of letters, digits and _ . @ - "
-                     "(at most 32; it is written into slurmdbd.conf)", "e.g. slurm", accounting.user_name)
+        yield error("slurm.accounting.user_name", "the database user is one word of letters, digits and _ . @ - "
+                    "(at most 32; it is written into slurmdbd.conf)", "e.g. slurm", accounting.user_name)
     if not _full(SECRET_ARN_RE, accounting.password_secret_arn):
-        yield _error("slurm.accounting.password_secret_arn", "the database password must be a Secrets Manager "
-                     "secret ARN, never the password itself", "store it in Secrets Manager and give its ARN",
-                     "<hidden>")
+        yield error("slurm.accounting.password_secret_arn", "the database password must be a Secrets Manager "
+                    "secret ARN, never the password itself", "store it in Secrets Manager and give its ARN",
+                    "<hidden>")
 
 
 def _script_findings(path: str, actions: CustomActionsSpec | None) -> Iterator[Finding]:
@@ -938,8 +926,8 @@ def _script_findings(path: str, actions: CustomActionsSpec | None) -> Iterator[F
     for event in ("on_node_start", "on_node_configured", "on_node_updated"):
         for s, script in enumerate(getattr(actions, event)):
             if not _full(SCRIPT_URL_RE, script.script):
-                yield _error(f"{path}.{event}[{s}].script", "custom action scripts must be s3:// or https:// URLs",
-                             "upload the script to S3 and give its s3:// URL", script.script)
+                yield error(f"{path}.{event}[{s}].script", "custom action scripts must be s3:// or https:// URLs",
+                            "upload the script to S3 and give its s3:// URL", script.script)
 
 
 @rule
@@ -948,10 +936,10 @@ def custom_actions(spec: ClusterSpec) -> Iterator[Finding]:
     for q, queue in enumerate(spec.queues):
         yield from _script_findings(f"queues[{q}].custom_actions", queue.custom_actions)
         if queue.custom_actions is not None and queue.custom_actions.on_node_updated:
-            yield _error(f"queues[{q}].custom_actions.on_node_updated", "on_node_updated runs on the head node only "
-                         "(after a cluster update); compute nodes are replaced instead",
-                         "move it to head_node.custom_actions, or use on_node_configured",
-                         len(queue.custom_actions.on_node_updated))
+            yield error(f"queues[{q}].custom_actions.on_node_updated", "on_node_updated runs on the head node only "
+                        "(after a cluster update); compute nodes are replaced instead",
+                        "move it to head_node.custom_actions, or use on_node_configured",
+                        len(queue.custom_actions.on_node_updated))
 
 
 @rule
@@ -960,9 +948,9 @@ def pyxis(spec: ClusterSpec) -> Iterator[Finding]:
     if not spec.pyxis.enabled:
         return
     if not _full(SAFE_PATH_RE, directory) or "/../" in f"{directory}/" or "/./" in f"{directory}/":
-        yield _error("pyxis.enroot_dir", "enroot_dir must be an absolute path of letters, digits, '.', '_', '-' "
-                     "and '/' (enroot reads it through a shell), without '.' or '..' parts",
-                     f"e.g. {EPHEMERAL_MOUNT_DIR}/enroot", directory)
+        yield error("pyxis.enroot_dir", "enroot_dir must be an absolute path of letters, digits, '.', '_', '-' "
+                    "and '/' (enroot reads it through a shell), without '.' or '..' parts",
+                    f"e.g. {EPHEMERAL_MOUNT_DIR}/enroot", directory)
         return
     # The node script makes the directory writable by every user (mode 1777), as root on every node: it must be
     # enroot's own, never the system's or a mount point (nor hold one).
@@ -972,18 +960,18 @@ def pyxis(spec: ClusterSpec) -> Iterator[Finding]:
         (f"{directory} {'is' if directory == mount else 'holds'} the mount point {mount}" for mount in mounts
          if directory == mount or mount.startswith(directory + "/")), None)
     if problem:
-        yield _error("pyxis.enroot_dir", f"{problem}: the node script would make it writable by every user (mode "
-                     "1777), as root on every node", "use a directory of enroot's own, e.g. "
-                     f"{EPHEMERAL_MOUNT_DIR}/enroot (local NVMe) or {ROOT_VOLUME_ENROOT_DIR}", directory)
+        yield error("pyxis.enroot_dir", f"{problem}: the node script would make it writable by every user (mode "
+                    "1777), as root on every node", "use a directory of enroot's own, e.g. "
+                    f"{EPHEMERAL_MOUNT_DIR}/enroot (local NVMe) or {ROOT_VOLUME_ENROOT_DIR}", directory)
         return
     if any(directory.startswith(mount + "/") for mount in shared | {DEFAULT_SHARED_DIR}):
-        yield _warning("pyxis.enroot_dir", "enroot data on shared storage is slow and fills it",
-                       f"keep enroot_dir on local NVMe ({EPHEMERAL_MOUNT_DIR}/enroot)", directory)
+        yield warning("pyxis.enroot_dir", "enroot data on shared storage is slow and fills it",
+                      f"keep enroot_dir on local NVMe ({EPHEMERAL_MOUNT_DIR}/enroot)", directory)
     for q, queue in enumerate(spec.queues):
         used = enroot_dir(spec, queue.instance_facts())
         if used != directory and queue.instance_facts():
-            yield _info(f"queues[{q}]", f"queue {queue.name!r} has no instance storage: enroot keeps its data in "
-                        f"{used} on the root volume", "size root_volume_gb for the container images it runs", used)
+            yield info(f"queues[{q}]", f"queue {queue.name!r} has no instance storage: enroot keeps its data in "
+                       f"{used} on the root volume", "size root_volume_gb for the container images it runs", used)
 
 
 def _iam_entries(spec: ClusterSpec) -> Iterator[tuple[str, IamSpec]]:
@@ -999,32 +987,32 @@ def iam_policies(spec: ClusterSpec) -> Iterator[Finding]:
     for path, iam in _iam_entries(spec):
         for i, policy in enumerate(iam.effective_policies):
             if policy.startswith("arn:") and not _full(POLICY_ARN_RE, policy):
-                yield _error(f"{path}.additional_policies[{i}]", "not an IAM policy ARN",
-                             "e.g. arn:aws:iam::123456789012:policy/read-datasets", policy)
+                yield error(f"{path}.additional_policies[{i}]", "not an IAM policy ARN",
+                            "e.g. arn:aws:iam::123456789012:policy/read-datasets", policy)
             elif not policy.startswith("arn:") and not _full(POLICY_NAME_RE, policy):
-                yield _error(f"{path}.additional_policies[{i}]", "neither a policy ARN nor the name of an "
-                             "AWS-managed policy", "e.g. AmazonSSMManagedInstanceCore", policy)
+                yield error(f"{path}.additional_policies[{i}]", "neither a policy ARN nor the name of an "
+                            "AWS-managed policy", "e.g. AmazonSSMManagedInstanceCore", policy)
 
 
 @rule
 def scripts_bucket(spec: ClusterSpec) -> Iterator[Finding]:
     bucket = spec.scripts_bucket
     if bucket is not None and (not _full(BUCKET_RE, bucket) or ".." in bucket):
-        yield _error("scripts_bucket", "not an S3 bucket name (3-63 lower-case letters, digits, '.' and '-')",
-                     "e.g. my-team-cluster-scripts", bucket)
+        yield error("scripts_bucket", "not an S3 bucket name (3-63 lower-case letters, digits, '.' and '-')",
+                    "e.g. my-team-cluster-scripts", bucket)
     elif bucket is None and (spec.pyxis.enabled or any(installs_neuron(spec, queue) for queue in spec.queues)):
         default = DEFAULT_SCRIPTS_BUCKET.format(account="ACCOUNT", region=spec.region)
-        yield _info("scripts_bucket", f"clusterkit's node scripts are uploaded at create to {default} (made if "
-                    f"missing); until then the config names account {PLACEHOLDER_ACCOUNT}",
-                    "set scripts_bucket to use a bucket of your own")
+        yield info("scripts_bucket", f"clusterkit's node scripts are uploaded at create to {default} (made if "
+                   f"missing); until then the config names account {PLACEHOLDER_ACCOUNT}",
+                   "set scripts_bucket to use a bucket of your own")
 
 
 @rule
 def monitoring(spec: ClusterSpec) -> Iterator[Finding]:
     days = spec.monitoring.log_retention_days
     if days not in LOG_RETENTION_DAYS:
-        yield _error("monitoring.log_retention_days", f"CloudWatch keeps logs for set periods, not {days} days",
-                     f"use one of {', '.join(map(str, LOG_RETENTION_DAYS))}", days)
+        yield error("monitoring.log_retention_days", f"CloudWatch keeps logs for set periods, not {days} days",
+                    f"use one of {', '.join(map(str, LOG_RETENTION_DAYS))}", days)
 
 
 def _tag_text_ok(text: str) -> bool:
@@ -1034,17 +1022,17 @@ def _tag_text_ok(text: str) -> bool:
 @rule
 def tags(spec: ClusterSpec) -> Iterator[Finding]:
     if len(spec.tags) > MAX_TAGS:
-        yield _error("tags", f"{len(spec.tags)} tags; at most {MAX_TAGS}", "drop some tags", len(spec.tags))
+        yield error("tags", f"{len(spec.tags)} tags; at most {MAX_TAGS}", "drop some tags", len(spec.tags))
     for key, value in spec.tags.items():
         if not key or len(key) > TAG_KEY_MAX or key.startswith("parallelcluster:") or key.startswith("aws:"):
-            yield _error(f"tags.{key}", "tag keys are 1-128 characters and may not start with 'aws:' or "
-                         "'parallelcluster:'", "rename the tag", key)
+            yield error(f"tags.{key}", "tag keys are 1-128 characters and may not start with 'aws:' or "
+                        "'parallelcluster:'", "rename the tag", key)
         elif not _tag_text_ok(key):
-            yield _error(f"tags.{key}", "tag keys hold letters, digits, spaces and _ . : / = + - @ only",
-                         "rename the tag", key)
+            yield error(f"tags.{key}", "tag keys hold letters, digits, spaces and _ . : / = + - @ only",
+                        "rename the tag", key)
         if len(value) > TAG_VALUE_MAX or not _tag_text_ok(value):
-            yield _error(f"tags.{key}", f"tag values are at most {TAG_VALUE_MAX} letters, digits, spaces and "
-                         "_ . : / = + - @", "drop the other characters", value)
+            yield error(f"tags.{key}", f"tag values are at most {TAG_VALUE_MAX} letters, digits, spaces and "
+                        "_ . : / = + - @", "drop the other characters", value)
 
 
 @rule
@@ -1055,8 +1043,8 @@ def volume_sizes(spec: ClusterSpec) -> Iterator[Finding]:
         if size is None:
             continue
         if size < AMI_ROOT_VOLUME_GIB and not spec.image.custom_ami:
-            yield _error(path, f"a root volume of {size} GiB is smaller than the image's ({AMI_ROOT_VOLUME_GIB} GiB "
-                         "for ParallelCluster 3.16's AMIs)", f"use at least {AMI_ROOT_VOLUME_GIB} GiB", size)
+            yield error(path, f"a root volume of {size} GiB is smaller than the image's ({AMI_ROOT_VOLUME_GIB} GiB "
+                        "for ParallelCluster 3.16's AMIs)", f"use at least {AMI_ROOT_VOLUME_GIB} GiB", size)
         else:
             yield from _ebs_size_findings(path, ROOT_VOLUME_TYPE, size, "a root")
 

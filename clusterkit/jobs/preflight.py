@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from clusterkit.errors import ClusterkitError
-from clusterkit.findings import Finding, Level, shorten
+from clusterkit.findings import Finding, error, shorten, warning
 from clusterkit.jobs.spec import JobSpec
 from clusterkit.rules import RuleBook
 from clusterkit.slurm import Slurm
@@ -30,7 +30,7 @@ rule = PREFLIGHT_RULES.rule
 def requeue(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
     if spec.requeue or config.get("JobRequeue") == "1":
         return []
-    return [Finding(Level.WARNING, "requeue", "the job is not requeueable and the cluster's JobRequeue is 0: "
+    return [warning("requeue", "the job is not requeueable and the cluster's JobRequeue is 0: "
                     "a node failure ends it NODE_FAIL", fix="set requeue: true", value=spec.requeue)]
 
 
@@ -39,9 +39,9 @@ def accounting(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Pat
     storage = config.get("AccountingStorageType", "")
     if storage and not storage.endswith("/none"):
         return []
-    return [Finding(Level.ERROR, "cluster", "the cluster has no job accounting (AccountingStorageType is "
-                    f"{storage or 'unset'}): sacct cannot tell when or how a job ended",
-                    fix="configure slurmdbd (ParallelCluster: Scheduling.SlurmSettings.Database)", value=storage)]
+    return [error("cluster", "the cluster has no job accounting (AccountingStorageType is "
+                  f"{storage or 'unset'}): sacct cannot tell when or how a job ended",
+                  fix="configure slurmdbd (ParallelCluster: Scheduling.SlurmSettings.Database)", value=storage)]
 
 
 @rule
@@ -50,13 +50,13 @@ def pyxis(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) ->
         return []
     help_text = slurm.run("srun", "--help", check=False).stdout
     if "--container-image" not in help_text:
-        return [Finding(Level.ERROR, "container.runtime", "the pyxis plugin is not loaded on this cluster: "
-                        "srun does not know --container-image", fix="enable pyxis (plugstack.conf), or use "
-                        "runtime: docker, apptainer or none", value="pyxis")]
+        return [error("container.runtime", "the pyxis plugin is not loaded on this cluster: "
+                      "srun does not know --container-image", fix="enable pyxis (plugstack.conf), or use "
+                      "runtime: docker, apptainer or none", value="pyxis")]
     if "--container-env" not in help_text:
-        return [Finding(Level.ERROR, "container.runtime", "this cluster's pyxis has no --container-env: the "
-                        "image's environment would override the job's presets and env", fix="upgrade pyxis "
-                        "(NVIDIA/pyxis), or use runtime: apptainer or docker", value="pyxis")]
+        return [error("container.runtime", "this cluster's pyxis has no --container-env: the "
+                      "image's environment would override the job's presets and env", fix="upgrade pyxis "
+                      "(NVIDIA/pyxis), or use runtime: apptainer or docker", value="pyxis")]
     return []
 
 
@@ -68,9 +68,9 @@ def image(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) ->
     path = workdir / image
     if is_readable_file(slurm.transport, path):
         return []
-    return [Finding(Level.ERROR, "container.image", f"image file {str(path)!r} is missing or not readable",
-                    fix="import it first (enroot import -o NAME.sqsh dockerd://IMAGE) onto shared storage",
-                    value=image)]
+    return [error("container.image", f"image file {str(path)!r} is missing or not readable",
+                  fix="import it first (enroot import -o NAME.sqsh dockerd://IMAGE) onto shared storage",
+                  value=image)]
 
 
 # Runs the supervisor's interpreter as the batch script will: from the job's working directory (which is on
@@ -100,8 +100,8 @@ def supervisor_python(spec: JobSpec, slurm: Slurm, config: dict[str, str], workd
     else:
         detail = (result.stderr.decode(errors="replace").strip().splitlines() or [f"exit {result.returncode}"])[-1]
         problem = f"{shown} does not run on {where}: {detail}"
-    return [Finding(Level.ERROR, "supervise.python", f"the supervisor's interpreter {problem}",
-                    fix=_SUPERVISOR_FIX.format(python=shown), value=python)]
+    return [error("supervise.python", f"the supervisor's interpreter {problem}",
+                  fix=_SUPERVISOR_FIX.format(python=shown), value=python)]
 
 
 def log_directories(spec: JobSpec, workdir: Path) -> list[tuple[str, Path]]:
@@ -116,9 +116,9 @@ def log_directories(spec: JobSpec, workdir: Path) -> list[tuple[str, Path]]:
 
 @rule
 def log_directory(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
-    return [Finding(Level.ERROR, field_path, f"log directory {str(directory)!r} cannot be created: Slurm "
-                    "would start the job and lose its output", fix="use a writable directory on shared storage",
-                    value=str(directory))
+    return [error(field_path, f"log directory {str(directory)!r} cannot be created: Slurm "
+                  "would start the job and lose its output", fix="use a writable directory on shared storage",
+                  value=str(directory))
             for field_path, directory in log_directories(spec, workdir)
             if not can_create(slurm.transport, directory)]
 
@@ -128,9 +128,9 @@ def checkpoint_directory(spec: JobSpec, slurm: Slurm, config: dict[str, str],
                                workdir: Path) -> list[Finding]:
     if not spec.checkpoint_dir or can_create(slurm.transport, workdir / spec.checkpoint_dir):
         return []
-    return [Finding(Level.ERROR, "checkpoint_dir", f"checkpoint directory {spec.checkpoint_dir!r} cannot be "
-                    "created", fix="use a writable directory on storage every node sees (/fsx on ParallelCluster)",
-                    value=spec.checkpoint_dir)]
+    return [error("checkpoint_dir", f"checkpoint directory {spec.checkpoint_dir!r} cannot be "
+                  "created", fix="use a writable directory on storage every node sees (/fsx on ParallelCluster)",
+                  value=spec.checkpoint_dir)]
 
 
 def _gpus(gres: str) -> int:
@@ -146,8 +146,8 @@ def partition(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path
         rows_here = [r for r in rows if r["name"].rstrip("*") == wanted]
         if not rows_here:
             names = sorted({r["name"].rstrip("*") for r in rows})
-            return [Finding(Level.ERROR, "partition", f"no partition {wanted!r} on this cluster",
-                            fix=f"use one of: {', '.join(names)}", value=wanted)]
+            return [error("partition", f"no partition {wanted!r} on this cluster",
+                          fix=f"use one of: {', '.join(names)}", value=wanted)]
     else:
         rows_here = [r for r in rows if r["name"].endswith("*")] or rows
     gpus_needed = spec.gpus_per_node or 0
@@ -156,8 +156,8 @@ def partition(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path
         return []
     partition = wanted or (rows_here[0]["name"].rstrip("*") if rows_here else "default")
     what = f"{spec.nodes} nodes" + (f" with {gpus_needed} GPUs each" if gpus_needed else "")
-    return [Finding(Level.ERROR, "nodes", f"partition {partition!r} has {fitting} nodes that fit, the job asks "
-                    f"for {what}: it would pend forever", fix=f"ask for at most {fitting} nodes", value=spec.nodes)]
+    return [error("nodes", f"partition {partition!r} has {fitting} nodes that fit, the job asks "
+                  f"for {what}: it would pend forever", fix=f"ask for at most {fitting} nodes", value=spec.nodes)]
 
 
 def preflight(spec: JobSpec, slurm: Slurm, workdir: Path) -> list[Finding]:
@@ -185,33 +185,33 @@ def _callable_runtime_findings(slurm_conf: Path | None, extra_env: tuple[tuple[s
     argv = ["-N1", "-n1", "--quiet", *srun_args, python, "-c", _CALLABLE_PROBE]
     try:
         result = slurm.run("srun", *argv, check=False, timeout=120)
-    except ClusterkitError as error:
-        return (Finding(Level.ERROR, "python", f"could not start {python!r} on a node: {error}",
-                        fix="check that the cluster has free nodes", value=python),)
+    except ClusterkitError as failure:
+        return (error("python", f"could not start {python!r} on a node: {failure}",
+                      fix="check that the cluster has free nodes", value=python),)
     ours = "%d.%d" % sys.version_info[:2]
     if result.returncode != 0:
         detail = (result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]
         missing = re.search(r"No module named '([^']+)'", result.stderr)
         if missing:
-            return (Finding(Level.ERROR, "python", f"{python!r} on the nodes cannot import {missing.group(1)}, "
-                            "which runs the pickled function", fix=f"install submitit and cloudpickle for "
-                            f"{python!r} (in the image, for containers), or pass python= one that has them",
-                            value=python),)
-        return (Finding(Level.ERROR, "python", f"{python!r} does not run on the nodes: {detail}",
-                        fix="pass python= an interpreter the nodes (or the container) have", value=python),)
+            return (error("python", f"{python!r} on the nodes cannot import {missing.group(1)}, "
+                          "which runs the pickled function", fix=f"install submitit and cloudpickle for "
+                          f"{python!r} (in the image, for containers), or pass python= one that has them",
+                          value=python),)
+        return (error("python", f"{python!r} does not run on the nodes: {detail}",
+                      fix="pass python= an interpreter the nodes (or the container) have", value=python),)
     try:
         theirs = json.loads(result.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return (Finding(Level.ERROR, "python", f"{python!r} on the nodes printed no versions: "
-                        f"{result.stdout.strip()[-200:]!r}", fix="check the interpreter", value=python),)
+        return (error("python", f"{python!r} on the nodes printed no versions: "
+                      f"{result.stdout.strip()[-200:]!r}", fix="check the interpreter", value=python),)
     if theirs.get("python") != ours:
-        return (Finding(Level.ERROR, "python", f"the nodes' {python!r} is Python {theirs.get('python')}, this one "
-                        f"is {ours}: a pickled function does not travel between Python versions",
-                        fix=f"use Python {ours} on the nodes (or in the image)", value=python),)
+        return (error("python", f"the nodes' {python!r} is Python {theirs.get('python')}, this one "
+                      f"is {ours}: a pickled function does not travel between Python versions",
+                      fix=f"use Python {ours} on the nodes (or in the image)", value=python),)
     import cloudpickle
 
     if theirs.get("cloudpickle") != cloudpickle.__version__:
-        return (Finding(Level.WARNING, "python", f"the nodes' {python!r} has cloudpickle {theirs.get('cloudpickle')}, "
+        return (warning("python", f"the nodes' {python!r} has cloudpickle {theirs.get('cloudpickle')}, "
                         f"this one {cloudpickle.__version__}: a function pickled here may not load there",
                         fix=f"install cloudpickle=={cloudpickle.__version__} on both sides", value=python),)
     return ()

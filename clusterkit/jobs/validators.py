@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from clusterkit.findings import CONTROL_RE, Finding, Level, shorten, similar_names
+from clusterkit.findings import CONTROL_RE, Finding, error, shorten, similar_names, warning
 from clusterkit.jobs.spec import (CPU_INSTANCE, DEFAULT_NEURON_CACHE_DIR, DEFAULT_OUTPUT, LAUNCHERS, RUNTIMES,
                                   WARNING_SIGNALS, JobSpec, parse_warning)
 from clusterkit.registry import CLUSTER_NAME_RE
@@ -115,19 +115,11 @@ def check_job_data(data: Any) -> list[Finding]:
     return findings if spec is None else findings + validate_job(spec)
 
 
-def _error(path: str, message: str, fix: str, value: object = None) -> Finding:
-    return Finding(Level.ERROR, path, message, fix, value)
-
-
-def _warning(path: str, message: str, fix: str, value: object = None) -> Finding:
-    return Finding(Level.WARNING, path, message, fix, value)
-
-
 def _choice(path: str, value: str, choices: tuple[str, ...]) -> Iterator[Finding]:
     if value not in choices:
         guess = similar_names(value, choices)
-        yield _error(path, f"must be one of {', '.join(choices)}",
-                     f"did you mean {guess[0]!r}?" if guess else f"use one of: {', '.join(choices)}", value)
+        yield error(path, f"must be one of {', '.join(choices)}",
+                    f"did you mean {guess[0]!r}?" if guess else f"use one of: {', '.join(choices)}", value)
 
 
 @rule
@@ -150,59 +142,59 @@ def _path_too_long(value: str) -> str:
 @rule
 def name(spec: JobSpec) -> Iterator[Finding]:
     if not spec.name:
-        yield _error("name", "is empty", "name the job")
+        yield error("name", "is empty", "name the job")
         return
     if len(spec.name.encode()) > NAME_MAX:
-        yield _error("name", f"is {len(spec.name.encode()):,} bytes; it names the log file (%x), which the "
-                     f"kernel limits to {NAME_MAX}", "use a shorter name", spec.name)
+        yield error("name", f"is {len(spec.name.encode()):,} bytes; it names the log file (%x), which the "
+                    f"kernel limits to {NAME_MAX}", "use a shorter name", spec.name)
     patterns = spec.logs.output + (spec.logs.error or "")
     if "%x" in patterns and ("/" in spec.name or spec.name in (".", "..")):
-        yield _error("name", "the log path uses the job name (%x), and this name would put the log in "
-                     "another directory", "use a name without '/' (or a log path without %x)", spec.name)
+        yield error("name", "the log path uses the job name (%x), and this name would put the log in "
+                    "another directory", "use a name without '/' (or a log path without %x)", spec.name)
 
 
 @rule
 def nodes(spec: JobSpec) -> Iterator[Finding]:
     if spec.nodes < 1:
-        yield _error("nodes", "must be at least 1", "write a number >= 1", spec.nodes)
+        yield error("nodes", "must be at least 1", "write a number >= 1", spec.nodes)
 
 
 @rule
 def names_of_things(spec: JobSpec) -> Iterator[Finding]:
     if spec.cluster is not None and not CLUSTER_NAME_RE.fullmatch(spec.cluster):
-        yield _error("cluster", "is not a clusterkit cluster name", "letters, digits and '-', starting with a letter",
-                     spec.cluster)
+        yield error("cluster", "is not a clusterkit cluster name", "letters, digits and '-', starting with a letter",
+                    spec.cluster)
     if spec.partition is not None and not PARTITION_RE.fullmatch(spec.partition):
-        yield _error("partition", "is not a Slurm partition name", "use letters, digits, '_', '.', '-'",
-                     spec.partition)
+        yield error("partition", "is not a Slurm partition name", "use letters, digits, '_', '.', '-'",
+                    spec.partition)
     if spec.run_id is not None and not RUN_ID_RE.fullmatch(spec.run_id):
-        yield _error("run_id", "may hold only letters, digits, '.', '_' and '-'", "pick a simpler run id", spec.run_id)
+        yield error("run_id", "may hold only letters, digits, '.', '_' and '-'", "pick a simpler run id", spec.run_id)
 
 
 @rule
 def time_and_signal(spec: JobSpec) -> Iterator[Finding]:
     if spec.time is not None and (not TIME_RE.fullmatch(spec.time) or not spec.time.strip("0:-")):
-        yield _error("time", "is not a Slurm time limit", f"write {TIME_HINT}", spec.time)
+        yield error("time", "is not a Slurm time limit", f"write {TIME_HINT}", spec.time)
     if spec.signal is None:
         return
-    warning = parse_warning(spec.signal)
-    if warning is None:
+    parsed = parse_warning(spec.signal)
+    if parsed is None:
         names = sorted({name for name in WARNING_SIGNALS if not name.isdigit() and not name.startswith("SIG")})
-        yield _error("signal", f"is not a warning clusterkit can act on: write {' or '.join(names)}, optionally "
-                     "@SECONDS before the time limit", "write e.g. USR1@120 (the job saves and requeues 120 s "
-                     "before its limit)", spec.signal)
+        yield error("signal", f"is not a warning clusterkit can act on: write {' or '.join(names)}, optionally "
+                    "@SECONDS before the time limit", "write e.g. USR1@120 (the job saves and requeues 120 s "
+                    "before its limit)", spec.signal)
         return
-    if spec.supervise is not None and warning.signal != "USR1":
-        yield _error("signal", "the supervisor takes Slurm's warning as SIGUSR1", "write USR1@SECONDS",
-                     spec.signal)
+    if spec.supervise is not None and parsed.signal != "USR1":
+        yield error("signal", "the supervisor takes Slurm's warning as SIGUSR1", "write USR1@SECONDS",
+                    spec.signal)
     limit = _minutes(spec.time) if spec.time else None
-    if limit is not None and warning.seconds >= limit * 60:
-        yield _error("signal", f"the warning would come {warning.seconds} s before a time limit of {limit} min",
-                     "warn fewer seconds before the limit, or raise the limit", spec.signal)
+    if limit is not None and parsed.seconds >= limit * 60:
+        yield error("signal", f"the warning would come {parsed.seconds} s before a time limit of {limit} min",
+                    "warn fewer seconds before the limit, or raise the limit", spec.signal)
     if not spec.requeue:
-        yield _warning("signal", "requeue is off: after the warning the step saves and stops, and the job ends "
-                       "at its time limit (TIMEOUT) instead of being requeued", "set requeue: true, or resubmit "
-                       "with `clusterkit watch JOB --resubmit`", spec.signal)
+        yield warning("signal", "requeue is off: after the warning the step saves and stops, and the job ends "
+                      "at its time limit (TIMEOUT) instead of being requeued", "set requeue: true, or resubmit "
+                      "with `clusterkit watch JOB --resubmit`", spec.signal)
 
 
 def _minutes(time: str) -> int | None:
@@ -223,26 +215,26 @@ def _minutes(time: str) -> int | None:
 @rule
 def restarts(spec: JobSpec) -> Iterator[Finding]:
     if spec.max_restarts is not None and spec.max_restarts < 0:
-        yield _error("max_restarts", "must be 0 or more", "write a number >= 0", spec.max_restarts)
+        yield error("max_restarts", "must be 0 or more", "write a number >= 0", spec.max_restarts)
     if spec.max_restarts and not spec.requeue:
-        yield _warning("max_restarts", "a restart budget with requeue off: Slurm will not requeue after a node "
-                       "failure", "set requeue: true")
+        yield warning("max_restarts", "a restart budget with requeue off: Slurm will not requeue after a node "
+                      "failure", "set requeue: true")
     if spec.supervise is not None:
         if spec.supervise.hang_timeout < 0:
-            yield _error("supervise.hang_timeout", "must be 0 (off) or more seconds", "write e.g. 600",
-                         spec.supervise.hang_timeout)
+            yield error("supervise.hang_timeout", "must be 0 (off) or more seconds", "write e.g. 600",
+                        spec.supervise.hang_timeout)
         if spec.supervise.startup_timeout is not None and spec.supervise.startup_timeout < 0:
-            yield _error("supervise.startup_timeout", f"is {spec.supervise.startup_timeout}: must be 0 (off) or more "
-                         "seconds", "write e.g. 1800, or leave it out for the default", spec.supervise.startup_timeout)
+            yield error("supervise.startup_timeout", f"is {spec.supervise.startup_timeout}: must be 0 (off) or more "
+                        "seconds", "write e.g. 1800, or leave it out for the default", spec.supervise.startup_timeout)
         if spec.supervise.app_retries < 0:
-            yield _error("supervise.app_retries", "must be 0 or more", "write e.g. 1", spec.supervise.app_retries)
+            yield error("supervise.app_retries", "must be 0 or more", "write e.g. 1", spec.supervise.app_retries)
         for name in ("max_time_limit_requeues", "max_preemptions"):
             bound = getattr(spec.supervise, name)
             if bound is not None and bound < 0:
-                yield _error(f"supervise.{name}", "must be 0 or more (leave it out for the default)", "write e.g. 20",
-                             bound)
+                yield error(f"supervise.{name}", "must be 0 or more (leave it out for the default)", "write e.g. 20",
+                            bound)
         if spec.supervise.python == "":
-            yield _error("supervise.python", "is empty", "name an interpreter with clusterkit, e.g. python3")
+            yield error("supervise.python", "is empty", "name an interpreter with clusterkit, e.g. python3")
 
 
 @rule
@@ -253,10 +245,10 @@ def directories(spec: JobSpec) -> Iterator[Finding]:
             continue
         problem = "is empty" if not value else _path_too_long(value)
         if problem:
-            yield _error(path, problem, "write a shorter path, or leave the field out", value)
+            yield error(path, problem, "write a shorter path, or leave the field out", value)
     if spec.checkpoint_dir and not spec.checkpoint_dir.startswith("/"):
-        yield _warning("checkpoint_dir", "is relative; every node must resolve it to the same shared directory",
-                       "use an absolute path on shared storage, e.g. /fsx/checkpoints/RUN", spec.checkpoint_dir)
+        yield warning("checkpoint_dir", "is relative; every node must resolve it to the same shared directory",
+                      "use an absolute path on shared storage, e.g. /fsx/checkpoints/RUN", spec.checkpoint_dir)
 
 
 @rule
@@ -265,45 +257,45 @@ def logs(spec: JobSpec) -> Iterator[Finding]:
         if value is None:
             continue
         if not value:
-            yield _error(path, "is empty", f"write a path such as {DEFAULT_OUTPUT}")
+            yield error(path, "is empty", f"write a path such as {DEFAULT_OUTPUT}")
             continue
         if "\\" in value:
-            yield _error(path, "contains '\\': Slurm then expands none of %j, %x... in the path",
-                         "remove the backslash", value)
+            yield error(path, "contains '\\': Slurm then expands none of %j, %x... in the path",
+                        "remove the backslash", value)
         problem = _path_too_long(value.replace("%x", spec.name))
         if problem:
-            yield _error(path, f"{problem} (with the job name for %x)", "use a shorter path or name", value)
+            yield error(path, f"{problem} (with the job name for %x)", "use a shorter path or name", value)
         if "%j" not in value and "%J" not in value and "%A" not in value:
-            yield _warning(path, "has no job id (%j): different jobs would append to one file",
-                           f"use a pattern such as {DEFAULT_OUTPUT}", value)
+            yield warning(path, "has no job id (%j): different jobs would append to one file",
+                          f"use a pattern such as {DEFAULT_OUTPUT}", value)
 
 
 @rule
 def resources(spec: JobSpec) -> Iterator[Finding]:
     facts = spec.instance_facts
     if spec.instance is not None and facts is None:
-        yield _error("instance", "is not in the instance catalog", "use a preset such as p4de or an instance type",
-                     spec.instance)
+        yield error("instance", "is not in the instance catalog", "use a preset such as p4de or an instance type",
+                    spec.instance)
         return
     if spec.gpus_per_node is not None:
         if spec.gpus_per_node < 1:
-            yield _error("gpus_per_node", "must be at least 1", "write a number >= 1, or leave it out",
-                         spec.gpus_per_node)
+            yield error("gpus_per_node", "must be at least 1", "write a number >= 1, or leave it out",
+                        spec.gpus_per_node)
         elif facts is not None and facts.accelerator != "gpu":
-            yield _error("gpus_per_node", f"{facts.name} has no GPUs", "remove gpus_per_node", spec.gpus_per_node)
+            yield error("gpus_per_node", f"{facts.name} has no GPUs", "remove gpus_per_node", spec.gpus_per_node)
         elif facts is not None and spec.gpus_per_node > facts.accelerator_count:
-            yield _error("gpus_per_node", f"{facts.name} has {facts.accelerator_count} GPUs",
-                         f"ask for at most {facts.accelerator_count}", spec.gpus_per_node)
+            yield error("gpus_per_node", f"{facts.name} has {facts.accelerator_count} GPUs",
+                        f"ask for at most {facts.accelerator_count}", spec.gpus_per_node)
         elif facts is not None:
-            yield _warning("gpus_per_node", "--gpus-per-node breaks HyperPod auto-resume and is not needed on "
-                           "ParallelCluster, where a job gets whole nodes", "remove gpus_per_node", spec.gpus_per_node)
+            yield warning("gpus_per_node", "--gpus-per-node breaks HyperPod auto-resume and is not needed on "
+                          "ParallelCluster, where a job gets whole nodes", "remove gpus_per_node", spec.gpus_per_node)
     if spec.processes_per_node is not None and spec.processes_per_node < 1:
-        yield _error("processes_per_node", "must be at least 1", "write a number >= 1", spec.processes_per_node)
+        yield error("processes_per_node", "must be at least 1", "write a number >= 1", spec.processes_per_node)
     elif facts is not None and facts.accelerator != "none" and spec.processes > facts.processes_per_node:
-        yield _warning("processes_per_node", f"more processes than {facts.name} has GPUs or NeuronCores "
-                       f"({facts.processes_per_node})", "use one process per accelerator", spec.processes)
+        yield warning("processes_per_node", f"more processes than {facts.name} has GPUs or NeuronCores "
+                      f"({facts.processes_per_node})", "use one process per accelerator", spec.processes)
     if facts is not None and facts.accelerator != "none" and spec.nodes > 1 and not spec.exclusive:
-        yield _warning("exclusive", "multi-node training on nodes other jobs may share", "set exclusive: true")
+        yield warning("exclusive", "multi-node training on nodes other jobs may share", "set exclusive: true")
 
 
 @rule
@@ -314,43 +306,43 @@ def container(spec: JobSpec) -> Iterator[Finding]:
         return
     if container.runtime == "none":
         if container.image:
-            yield _error("container.image", "an image with runtime none would be ignored",
-                         "set container.runtime to pyxis, docker or apptainer", container.image)
+            yield error("container.image", "an image with runtime none would be ignored",
+                        "set container.runtime to pyxis, docker or apptainer", container.image)
         if container.mounts or container.workdir:
-            yield _warning("container", "mounts and workdir are ignored without a container runtime",
-                           "remove them or set container.runtime")
+            yield warning("container", "mounts and workdir are ignored without a container runtime",
+                          "remove them or set container.runtime")
         return
     image = container.image
     if not image:
-        yield _error("container.image", f"is required with runtime {container.runtime}",
-                     "name an image (registry reference) or a .sqsh file on shared storage")
+        yield error("container.image", f"is required with runtime {container.runtime}",
+                    "name an image (registry reference) or a .sqsh file on shared storage")
     elif CONTROL_RE.search(image) or " " in image:
-        yield _error("container.image", "contains spaces or control characters", "check the image reference", image)
+        yield error("container.image", "contains spaces or control characters", "check the image reference", image)
     elif image.startswith("-"):
-        yield _error("container.image", f"{shorten(image)!r} starts with '-': {container.runtime} would take it "
-                     "for an option", IMAGE_HINTS[container.runtime], image)
+        yield error("container.image", f"{shorten(image)!r} starts with '-': {container.runtime} would take it "
+                    "for an option", IMAGE_HINTS[container.runtime], image)
     elif image.endswith(".sqsh"):
         if container.runtime != "pyxis":
-            yield _error("container.image", f"a .sqsh file is an enroot image; {container.runtime} cannot run it",
-                         "use runtime pyxis, or a registry reference", image)
+            yield error("container.image", f"a .sqsh file is an enroot image; {container.runtime} cannot run it",
+                        "use runtime pyxis, or a registry reference", image)
         elif not image.startswith("/"):
-            yield _error("container.image", "a .sqsh path must be absolute (on storage every node sees)",
-                         "e.g. /fsx/images/train.sqsh", image)
+            yield error("container.image", "a .sqsh path must be absolute (on storage every node sees)",
+                        "e.g. /fsx/images/train.sqsh", image)
     elif not re.fullmatch(IMAGE_REFERENCE_PATTERNS[container.runtime], image):
-        yield _error("container.image", f"{shorten(image)!r} is not an image reference {container.runtime} takes",
-                     IMAGE_HINTS[container.runtime], image)
+        yield error("container.image", f"{shorten(image)!r} is not an image reference {container.runtime} takes",
+                    IMAGE_HINTS[container.runtime], image)
     workdir = container.workdir or spec.workdir
     if workdir and not workdir.startswith("/"):
-        yield _error("container.workdir" if container.workdir else "workdir",
-                     "a working directory inside a container must be absolute", "use an absolute path", workdir)
+        yield error("container.workdir" if container.workdir else "workdir",
+                    "a working directory inside a container must be absolute", "use an absolute path", workdir)
     for index, mount in enumerate(container.mounts):
         path = f"container.mounts[{index}]"
         for side in (mount.source, mount.target):
             if not side.startswith("/"):
-                yield _error(path, "mount paths must be absolute", "e.g. /fsx:/fsx", side)
+                yield error(path, "mount paths must be absolute", "e.g. /fsx:/fsx", side)
             elif any(char in side for char in ",:") or CONTROL_RE.search(side):
-                yield _error(path, "mount paths cannot contain ',', ':' or control characters", "rename the path",
-                             side)
+                yield error(path, "mount paths cannot contain ',', ':' or control characters", "rename the path",
+                            side)
 
 
 def _under(path: str, directory: str) -> bool:
@@ -381,9 +373,9 @@ def shared_paths_in_containers(spec: JobSpec) -> Iterator[Finding]:
         on_shared = any(_under(value, root) for root in SHARED_STORAGE_ROOTS)
         if (on_shared or written) and not any(_under(value, target) for target in mounted):
             where = "on shared storage" if on_shared else "written by the job"
-            yield _error(path, f"{value} is {where} but not mounted into the {container.runtime} container: "
-                         "there it is an empty directory of the container's own (files written there vanish)",
-                         f"add a mount, e.g. container.mounts: [{_mount_root(value)}]", value)
+            yield error(path, f"{value} is {where} but not mounted into the {container.runtime} container: "
+                        "there it is an empty directory of the container's own (files written there vanish)",
+                        f"add a mount, e.g. container.mounts: [{_mount_root(value)}]", value)
 
 
 def _mount_root(path: str) -> str:
@@ -399,24 +391,24 @@ def launcher(spec: JobSpec) -> Iterator[Finding]:
         yield from _choice("launcher.type", launcher.kind, LAUNCHERS)
         return
     if launcher.port is not None and not 1024 <= launcher.port <= 65535:
-        yield _error("launcher.port", "is not a TCP port for a user's server", "use a port between 1024 and 65535, "
-                     "or leave it out for a port derived from the job", launcher.port)
+        yield error("launcher.port", "is not a TCP port for a user's server", "use a port between 1024 and 65535, "
+                    "or leave it out for a port derived from the job", launcher.port)
     if launcher.cpu_bind is not None and not CPU_BIND_RE.fullmatch(launcher.cpu_bind):
-        yield _error("launcher.cpu_bind", "is not an srun --cpu-bind value", "write e.g. none, cores or sockets",
-                     launcher.cpu_bind)
+        yield error("launcher.cpu_bind", "is not an srun --cpu-bind value", "write e.g. none, cores or sockets",
+                    launcher.cpu_bind)
     if launcher.kind == "neuron":
         if facts is None or facts.accelerator != "neuron":
-            yield _error("launcher.type", "the neuron launcher needs a Trainium instance",
-                         "set instance: trn1 (or trn1n), or use launcher torchrun", spec.instance or CPU_INSTANCE)
+            yield error("launcher.type", "the neuron launcher needs a Trainium instance",
+                        "set instance: trn1 (or trn1n), or use launcher torchrun", spec.instance or CPU_INSTANCE)
         if not launcher.compile_cache.startswith("/") or CONTROL_RE.search(launcher.compile_cache):
-            yield _error("launcher.compile_cache", "must be an absolute path on shared storage",
-                         f"e.g. {DEFAULT_NEURON_CACHE_DIR}", launcher.compile_cache)
+            yield error("launcher.compile_cache", "must be an absolute path on shared storage",
+                        f"e.g. {DEFAULT_NEURON_CACHE_DIR}", launcher.compile_cache)
     elif facts is not None and facts.accelerator == "neuron" and launcher.kind == "torchrun":
-        yield _warning("launcher.type", "torchrun on Trainium without a compile pass compiles graphs during training",
-                       "use launcher: neuron")
+        yield warning("launcher.type", "torchrun on Trainium without a compile pass compiles graphs during training",
+                      "use launcher: neuron")
     if launcher.kind == "mpi" and spec.container.runtime == "docker":
-        yield _warning("launcher.type", "MPI (PMIx) tasks inside docker cannot reach Slurm's PMIx server by default",
-                       "use container.runtime pyxis for MPI jobs")
+        yield warning("launcher.type", "MPI (PMIx) tasks inside docker cannot reach Slurm's PMIx server by default",
+                      "use container.runtime pyxis for MPI jobs")
 
 
 @rule
@@ -426,9 +418,9 @@ def command_size(spec: JobSpec) -> Iterator[Finding]:
     for program, path in ((spec.command.args, "command.args"), (spec.launcher.compile_args, "launcher.compile_args")):
         size = len(" ".join(shlex.quote(word) for word in (spec.command.script, *program)).encode())
         if size > STEP_FUNCTION_BUDGET:
-            yield _error(path, f"the command is {size:,} bytes; a task receives it in one argument, which the "
-                         f"kernel limits to {MAX_ARG_BYTES:,} bytes (with clusterkit's own text)",
-                         "pass large values in a file and its path as the argument", f"{size:,} bytes")
+            yield error(path, f"the command is {size:,} bytes; a task receives it in one argument, which the "
+                        f"kernel limits to {MAX_ARG_BYTES:,} bytes (with clusterkit's own text)",
+                        "pass large values in a file and its path as the argument", f"{size:,} bytes")
 
 
 @rule
@@ -439,22 +431,22 @@ def environment(spec: JobSpec) -> Iterator[Finding]:
         size = len(key.encode()) + 1 + len(value.encode())
         total += size
         if not ENV_NAME_RE.fullmatch(key):
-            yield _error(path, "is not a valid environment variable name",
-                         "use letters, digits and '_', not starting with a digit", key)
+            yield error(path, "is not a valid environment variable name",
+                        "use letters, digits and '_', not starting with a digit", key)
         elif key in SHELL_CONTROL_VARIABLES:
-            yield _error(path, f"{key} changes how the job's own shell script runs", f"remove {key}", key)
+            yield error(path, f"{key} changes how the job's own shell script runs", f"remove {key}", key)
         elif key == "PATH" and not value.strip(":"):
-            yield _error(path, "an empty PATH: no program of the job would be found on the node",
-                         "leave PATH out, or list directories such as /opt/venv/bin:/usr/bin:/bin", value)
+            yield error(path, "an empty PATH: no program of the job would be found on the node",
+                        "leave PATH out, or list directories such as /opt/venv/bin:/usr/bin:/bin", value)
         elif key.startswith("RDMAV_"):
-            yield _warning(path, "RDMAV_* settings are not needed with current EFA software and can break it",
-                           f"remove {key}")
+            yield warning(path, "RDMAV_* settings are not needed with current EFA software and can break it",
+                          f"remove {key}")
         if size >= MAX_ARG_BYTES:
-            yield _error(path, f"{key}=... is {size:,} bytes; the kernel refuses one environment string of "
-                         f"{MAX_ARG_BYTES:,} or more", "pass large values in a file", f"{size:,} bytes")
+            yield error(path, f"{key}=... is {size:,} bytes; the kernel refuses one environment string of "
+                        f"{MAX_ARG_BYTES:,} or more", "pass large values in a file", f"{size:,} bytes")
     if total > MAX_ENVIRONMENT_BYTES:
-        yield _error("env", f"{total:,} bytes of environment; the kernel leaves about {MAX_ENVIRONMENT_BYTES:,} "
-                     "for it beside the arguments", "pass large values in files", f"{total:,} bytes")
+        yield error("env", f"{total:,} bytes of environment; the kernel leaves about {MAX_ENVIRONMENT_BYTES:,} "
+                    "for it beside the arguments", "pass large values in files", f"{total:,} bytes")
 
 
 @rule
@@ -462,8 +454,8 @@ def stack_versions(spec: JobSpec) -> Iterator[Finding]:
     for key in ("aws_ofi_nccl", "libfabric", "nccl", "efa_installer", "neuron"):
         version = getattr(spec.stack, key)
         if version is not None and not VERSION_RE.fullmatch(version):
-            yield _error(f"stack.{key}", "is not a version number", "write e.g. 1.13.2 (or 1.7.4-aws, v2.21.5-1)",
-                         version)
+            yield error(f"stack.{key}", "is not a version number", "write e.g. 1.13.2 (or 1.7.4-aws, v2.21.5-1)",
+                        version)
 
 
 @rule
@@ -475,32 +467,33 @@ def nccl_settings(spec: JobSpec) -> Iterator[Finding]:
     ofi, nccl = version_tuple(spec.stack.aws_ofi_nccl), version_tuple(spec.stack.nccl)
     if facts.name.startswith("p5") and ofi is not None:
         if ofi < (1, 7, 2):
-            yield _error("stack.aws_ofi_nccl", f"{facts.name} needs aws-ofi-nccl 1.7.2 or later",
-                         "use aws-ofi-nccl 1.7.3 or later (the EFA cheat-sheet's advice for p5)",
-                         spec.stack.aws_ofi_nccl)
+            yield error("stack.aws_ofi_nccl", f"{facts.name} needs aws-ofi-nccl 1.7.2 or later",
+                        "use aws-ofi-nccl 1.7.3 or later (the EFA cheat-sheet's advice for p5)",
+                        spec.stack.aws_ofi_nccl)
         elif ofi < (1, 7, 3):
-            yield _warning("stack.aws_ofi_nccl", f"aws-ofi-nccl 1.7.3 or later is recommended on {facts.name}",
-                           "upgrade aws-ofi-nccl", spec.stack.aws_ofi_nccl)
+            yield warning("stack.aws_ofi_nccl", f"aws-ofi-nccl 1.7.3 or later is recommended on {facts.name}",
+                          "upgrade aws-ofi-nccl", spec.stack.aws_ofi_nccl)
     if facts.name.startswith("p5") and nccl is not None:
         if nccl < (2, 18):
-            yield _error("stack.nccl", f"{facts.name} needs NCCL 2.18 or later", "use NCCL 2.18.5 or later",
-                         spec.stack.nccl)
+            yield error("stack.nccl", f"{facts.name} needs NCCL 2.18 or later", "use NCCL 2.18.5 or later",
+                        spec.stack.nccl)
         elif nccl < (2, 18, 5):
-            yield _warning("stack.nccl", f"NCCL 2.18.5 or later is recommended on {facts.name}", "upgrade NCCL",
-                           spec.stack.nccl)
+            yield warning("stack.nccl", f"NCCL 2.18.5 or later is recommended on {facts.name}", "upgrade NCCL",
+                          spec.stack.nccl)
     set_by_user = [name for name in ("NCCL_ALGO", "NCCL_PROTO") if name in spec.env]
     if not set_by_user or not facts.efa or (nccl is not None and nccl < (2, 19)):
         return
     what = " and ".join(set_by_user)
     if ofi is not None and (1, 8) <= ofi < (1, 17):
         # aws-ofi-nccl 1.8-1.16: the tuner refuses to start and NCCL fails (invalid usage) where it loads.
-        level = Level.ERROR if ofi >= (1, 16) and (nccl is None or nccl >= (2, 21)) else Level.WARNING
-        yield Finding(level, f"env.{set_by_user[0]}", f"with {what} set, aws-ofi-nccl {spec.stack.aws_ofi_nccl}'s "
-                      "tuner refuses to load and NCCL fails to initialise; clusterkit leaves the tuner off",
-                      f"remove {what} (the tuner picks algorithms and protocols)", spec.env[set_by_user[0]])
+        refused = ofi >= (1, 16) and (nccl is None or nccl >= (2, 21))
+        yield (error if refused else warning)(
+            f"env.{set_by_user[0]}", f"with {what} set, aws-ofi-nccl {spec.stack.aws_ofi_nccl}'s tuner refuses to "
+            "load and NCCL fails to initialise; clusterkit leaves the tuner off",
+            f"remove {what} (the tuner picks algorithms and protocols)", spec.env[set_by_user[0]])
     elif ofi is None or ofi >= (1, 17):
-        yield _warning(f"env.{set_by_user[0]}", f"{what} turns aws-ofi-nccl's tuner off (NCCL's own tuning "
-                       "is used)", f"remove {what} unless you measured it is faster", spec.env[set_by_user[0]])
+        yield warning(f"env.{set_by_user[0]}", f"{what} turns aws-ofi-nccl's tuner off (NCCL's own tuning "
+                      "is used)", f"remove {what} unless you measured it is faster", spec.env[set_by_user[0]])
 
 
 @rule
@@ -513,12 +506,12 @@ def neuron_settings(spec: JobSpec) -> Iterator[Finding]:
         if variable not in spec.env:
             continue
         if neuron is None or neuron >= (2, 25):
-            yield _warning(f"env.{variable}", f"Neuron 2.25 and later ignore {variable}: the model trains in fp32",
-                           "remove it and use torch.autocast (or model.to(torch.bfloat16)); if the image has an "
-                           "older Neuron, say so in stack.neuron", spec.env[variable])
+            yield warning(f"env.{variable}", f"Neuron 2.25 and later ignore {variable}: the model trains in fp32",
+                          "remove it and use torch.autocast (or model.to(torch.bfloat16)); if the image has an "
+                          "older Neuron, say so in stack.neuron", spec.env[variable])
         elif neuron >= (2, 23):
-            yield _warning(f"env.{variable}", f"{variable} is deprecated since Neuron 2.23 and gone after 2.24",
-                           "move to torch.autocast or model.to(torch.bfloat16)", spec.env[variable])
+            yield warning(f"env.{variable}", f"{variable} is deprecated since Neuron 2.23 and gone after 2.24",
+                          "move to torch.autocast or model.to(torch.bfloat16)", spec.env[variable])
 
 
 @rule
@@ -527,7 +520,7 @@ def sbatch_options(spec: JobSpec) -> Iterator[Finding]:
         path = f"sbatch[{index}]"
         option = directive.split("=", 1)[0]
         if not SBATCH_OPTION_RE.fullmatch(option):
-            yield _error(path, "is not a long sbatch option", "write e.g. --account=ml", directive)
+            yield error(path, "is not a long sbatch option", "write e.g. --account=ml", directive)
         elif option[2:] in MANAGED_DIRECTIVES:
-            yield _error(path, f"{option} is set by the job spec",
-                         f"set `{MANAGED_DIRECTIVES[option[2:]]}` instead", directive)
+            yield error(path, f"{option} is set by the job spec",
+                        f"set `{MANAGED_DIRECTIVES[option[2:]]}` instead", directive)
