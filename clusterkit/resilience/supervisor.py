@@ -27,14 +27,17 @@ disk cannot stop the supervisor) and survive requeues and resubmission. Each dec
 appended, with its evidence, to `decisions.jsonl`; one after which the supervisor ended the run itself is
 marked `stopped`, so a resubmission of that run (as the decision may advise) goes on without a charge.
 Training resumes from the latest valid checkpoint by itself (CheckpointManager.latest()).
+
+The choice after each try of the step is `decisions.decide(outcome, budget, health)`, a pure function whose
+docstring's table is the spec; this module runs the step, gathers what that choice needs and carries it out.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import json
 import os
-import re
 import shutil
 import signal
 import stat
@@ -42,42 +45,24 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import field
 from pathlib import Path
 
 from clusterkit import runtime
 from clusterkit.errors import ClusterkitError
-from clusterkit.lean_dataclass import lean_dataclass
+from clusterkit.resilience import decisions
+from clusterkit.resilience.decisions import Action, Bound, Decision, Health, Kind, NodeEvidence, Outcome
 from clusterkit.resilience.heartbeat import every_rank_done, read_heartbeats
 from clusterkit.resilience.run_state import Budget, RunState
-from clusterkit.runtime import (APPLICATION_ERROR, BUDGET_EXHAUSTED, CHECKPOINT_STORAGE_FULL, COMPLETED, HANG,
-                                NODE_FAILURE, PREEMPTED, TERMINATED, TIME_LIMIT)
 from clusterkit.slurm import Slurm
 
 STOP_GRACE_S = 20.0  # SIGTERM to SIGKILL when nothing says how long there is
 WATCH_S = 1.0  # how often a running step's heartbeats, warnings and health check are looked at
 REQUEUE_MARGIN_S = 15.0  # of the time left before a limit, kept for the requeue itself
-UNKNOWN_LEAD_S = 900.0  # without --signal-lead: a warning this close to the limit is the time limit's
 # Decisions after which the supervisor requeued the job itself (and spent for it when it decided).
-REQUEUED_BY_US = (NODE_FAILURE, TIME_LIMIT, PREEMPTED)
+REQUEUED_BY_US = (Kind.NODE_FAILURE, Kind.TIME_LIMIT, Kind.PREEMPTED)
 # How Slurm ended an attempt the supervisor did not end itself, and which bound that counts against.
-_ENDED_BY_SLURM = {"PREEMPTED": "preemption", "TIMEOUT": "time_limit"}
+_ENDED_BY_SLURM = {"PREEMPTED": Bound.PREEMPTIONS, "TIMEOUT": Bound.TIME_LIMIT_REQUEUES}
 LOG_TAIL_BYTES = 256 << 10  # of the step's output, searched for what killed a rank
-# How launchers say a rank died of a signal: torchrun's failure summary, and srun's line per task.
-_TORCHRUN_SIGNAL = re.compile(r"host\s*: (?P<node>\S+)\s+rank\s*: (?P<rank>\d+)[^\n]*\s+exitcode\s*: -(?P<signal>\d+)")
-_SRUN_KILLED = re.compile(r"srun: error: (?P<node>\S+): tasks? (?P<rank>[\d,\-]+): Killed")
-
-
-@lean_dataclass
-class StepOutcome:
-    exit_code: int | None  # None: we stopped it
-    hang_evidence: str = ""
-    bad_nodes: dict[str, str] = field(default_factory=dict)  # the check that ran beside the step found them
-    signalled: bool = False  # the job was warned: save and requeue (time limit, preemption)
-    asked_to_stop: bool = False  # the supervisor passed the warning on to the step
-    finished: bool = False  # every rank said it finished its training
-    terminated: bool = False  # Slurm is ending the job
-    log_tail: str = ""  # the step's output (its end), where it went to a file
 
 
 class Supervisor:
@@ -107,27 +92,56 @@ class Supervisor:
         self.warned_with_time_left: float | None = None  # seconds left when the warning came
 
     # ----- decisions ------------------------------------------------------------------------------
-    def decide(self, decision: str, evidence: str, attempt: str | None = None, **details: object) -> None:
+    def record(self, kind: Kind, evidence: str, attempt: str | None = None, **details: object) -> None:
+        """Print a decision and append it, with its evidence, to decisions.jsonl."""
         entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "job_id": self.job_id,
-                 "attempt": attempt or self.attempt, "decision": decision, "evidence": evidence, **details}
-        print(f"clusterkit supervisor: {decision}: {evidence}", file=sys.stderr, flush=True)
+                 "attempt": attempt or self.attempt, "decision": kind.value, "evidence": evidence, **details}
+        print(f"clusterkit supervisor: {kind.value}: {evidence}", file=sys.stderr, flush=True)
         self.run_state.append(entry)
 
-    def spend(self, budget: Budget, kind: str, why: str) -> bool:
-        """Count one restart of `kind` (failure, time_limit, preemption); False (and a decision) when its
-        bound is reached."""
-        counter, bound, what = {
-            "failure": ("failures", self.max_restarts, "the restart budget"),
-            "time_limit": ("time_limit_requeues", self.max_time_limit_requeues, "the bound on time-limit requeues"),
-            "preemption": ("preemptions", self.max_preemptions, "the bound on preemptions"),
-        }[kind]
-        used = getattr(budget, counter)
-        if bound is not None and used >= bound:
-            self.decide(BUDGET_EXHAUSTED, f"{why}; {what} of {bound} is spent", stopped=True, **{counter: used})
+    def note(self, decision: Decision, **details: object) -> None:
+        """Record `decision` with what its kind carries."""
+        if decision.stopped:
+            details["stopped"] = True
+        if decision.kind is Kind.NODE_FAILURE:
+            details["nodes"] = sorted(node for node, _ in decision.drain)
+        if decision.kind is Kind.CHECKPOINT_STORAGE_FULL:
+            details["free_bytes"] = decision.free_bytes
+        if decision.spent is not None:
+            details[decision.spent.value] = decision.budget.used(decision.spent)
+        self.record(decision.kind, decision.evidence, **details)
+
+    def budget_of(self, counts: Budget) -> decisions.Budget:
+        """The run's counts with this supervisor's bounds, as decide() takes them."""
+        return decisions.Budget(self.max_restarts, self.app_retries, self.max_time_limit_requeues, self.max_preemptions,
+                                failures=counts.failures, application_failures=counts.application_failures,
+                                time_limit_requeues=counts.time_limit_requeues, preemptions=counts.preemptions)
+
+    def keep(self, counts: Budget, budget: decisions.Budget) -> None:
+        """Save `budget`'s counts with the run, when they changed."""
+        now = (budget.failures, budget.application_failures, budget.time_limit_requeues, budget.preemptions)
+        if now != (counts.failures, counts.application_failures, counts.time_limit_requeues, counts.preemptions):
+            counts.failures, counts.application_failures, counts.time_limit_requeues, counts.preemptions = now
+            self.run_state.save(counts)
+
+    def spend(self, counts: Budget, bound: Bound, why: str) -> bool:
+        """Count one more of `bound`; False (and a decision) when its bound is reached."""
+        budget = self.budget_of(counts)
+        after = decisions.charge(budget, bound)
+        if after is None:
+            self.note(decisions.exhausted(budget, bound, why))
             return False
-        setattr(budget, counter, used + 1)
-        self.run_state.save(budget)
+        self.keep(counts, after)
         return True
+
+    def carry_out(self, decision: Decision, counts: Budget) -> int:
+        """The effects of a decision after a step: save the counts, drain, record, requeue. The exit status."""
+        self.keep(counts, decision.budget)
+        self.drain(decision.drain)
+        self.note(decision, exit_code=decision.step_exit)
+        if decision.action is Action.REQUEUE:
+            self.requeue()
+        return decision.exit_code
 
     def account_for_previous_attempt(self, budget: Budget) -> bool:
         """A new attempt: spend for the way the previous one ended, unless the supervisor already did
@@ -143,14 +157,14 @@ class Supervisor:
                   f"in attempt {self.attempt}", file=sys.stderr, flush=True)
             return True
         state = self._slurm_state_of(previous)
-        kind = _ENDED_BY_SLURM.get(state, "failure")
+        bound = _ENDED_BY_SLURM.get(state, Bound.FAILURES)
         again = ("Slurm requeued the job" if previous.partition(".")[0] == self.job_id
                  else f"the run was resubmitted as job {self.job_id}")
         why = f"attempt {previous} ended {state or 'without a record'} and {again}"
-        if kind == "failure":
-            self.decide(NODE_FAILURE if state in ("NODE_FAIL", "BOOT_FAIL") else TERMINATED, why, attempt=previous,
-                        slurm_state=state)
-        return self.spend(budget, kind, why)
+        if bound is Bound.FAILURES:
+            self.record(Kind.NODE_FAILURE if state in ("NODE_FAIL", "BOOT_FAIL") else Kind.TERMINATED, why,
+                        attempt=previous, slurm_state=state)
+        return self.spend(budget, bound, why)
 
     def _slurm_state_of(self, attempt: str) -> str:
         job_id, _, restart = attempt.partition(".")
@@ -178,7 +192,7 @@ class Supervisor:
         return (f"{usage.free / 2**20:.1f} MiB free of {usage.total / 2**20:.0f} MiB on {directory}, "
                 f"less than one checkpoint ({needed / 2**20:.1f} MiB)")
 
-    def saved_on_stop(self, newest_before: Path | None, exit_code: int) -> str:
+    def saved_on_stop(self, newest_before: Path | None, exit_code: int | None) -> str:
         """What the stopped step left: a checkpoint newer than the attempt's start, or none (the next
         attempt then repeats the steps since the previous one)."""
         if self.checkpoint_dir is None:
@@ -242,8 +256,8 @@ class Supervisor:
         except Exception:
             return True  # the controller not answering is no reason to stop judging
 
-    def drain(self, bad: dict[str, str]) -> None:
-        for node, evidence in bad.items():
+    def drain(self, bad: NodeEvidence) -> None:
+        for node, evidence in bad:
             try:
                 self.slurm.update_node(node, "DRAIN", f"clusterkit: {evidence}"[:200])
             except Exception as error:
@@ -255,19 +269,28 @@ class Supervisor:
         except Exception:  # the controller not answering: the warning's cause stays unknown
             return None
 
-    def requeue(self) -> int:
+    def requeue(self) -> None:
         """Requeue this job: Slurm stops this script and starts it again elsewhere."""
         try:
             self.slurm.requeue(self.job_id)
         except Exception as error:
             print(f"clusterkit supervisor: requeue failed: {error}", file=sys.stderr, flush=True)
-            return 1
+            return
         # Slurm ends this batch script; wait for that rather than racing it.
         time.sleep(60)
-        return 1
+
+    def health_after_failure(self, nodes: list[str]) -> Health:
+        """What decide() weighs after a failed step, looked at in its order (see Health)."""
+        if not self.job_running():
+            return Health(job_ending=True)
+        full = self.storage_full()
+        if full:
+            return Health(storage_full=full, free_bytes=_free_bytes(self.checkpoint_dir or self.state_dir.parent))
+        return Health(bad_nodes=tuple(self.unhealthy_nodes(nodes).items()))
 
     # ----- the step -----------------------------------------------------------------------------
-    def run_step(self, try_number: int, precheck: concurrent.futures.Future | None = None) -> StepOutcome:
+    def run_step(self, try_number: int, nodes: list[str], newest_before: Path | None,
+                 precheck: concurrent.futures.Future | None = None) -> Outcome:
         """Run the step once. `precheck`: the nodes' health check, still running beside the step (it is
         off the resume's critical path); a bad node it finds stops the step."""
         heartbeats = self.state_dir / runtime.HEARTBEATS_DIR_NAME / f"{self.attempt}.{try_number}"
@@ -280,46 +303,48 @@ class Supervisor:
         output_start = _output_end()
         process = subprocess.Popen(self.step, env=env, start_new_session=True)
         outcome = self._watch(process, heartbeats, precheck)
-        outcome.finished = every_rank_done(read_heartbeats(heartbeats))
-        if outcome.exit_code:
-            outcome.log_tail = _output_since(output_start)
-        return outcome
+        return dataclasses.replace(
+            outcome, nodes=tuple(nodes), finished=every_rank_done(read_heartbeats(heartbeats)),
+            log_tail=_output_since(output_start) if outcome.exit_code else "",
+            time_left=self.warned_with_time_left, signal_lead=self.signal_lead,
+            saved=self.saved_on_stop(newest_before, outcome.exit_code) if outcome.signalled else "")
 
     def _watch(self, process: subprocess.Popen, heartbeats: Path,
-               precheck: concurrent.futures.Future | None) -> StepOutcome:
+               precheck: concurrent.futures.Future | None) -> Outcome:
         started = time.monotonic()
         progress: dict[int, tuple[int, float]] = {}  # rank -> (step, when we saw it change)
         while True:
             try:
                 code = process.wait(timeout=WATCH_S)
-                return StepOutcome(code, signalled=self.stop_requested.is_set())
+                return Outcome(code, signalled=self.stop_requested.is_set())
             except subprocess.TimeoutExpired:
                 pass
             if self.terminating.is_set():
                 # Pass it on so the ranks can save what they can, then go: Slurm decides what is next.
                 self._stop(process)
-                return StepOutcome(process.returncode, terminated=True)
+                return Outcome(process.returncode, terminated=True)
             if self.stop_requested.is_set():
                 # Time limit or preemption: the ranks save a checkpoint on SIGTERM, then we requeue. They
                 # get what is left before the limit, less the requeue's own margin.
                 left = self.warned_with_time_left
                 self._stop(process, grace=max(left - REQUEUE_MARGIN_S, 5.0) if left is not None else STOP_GRACE_S)
-                return StepOutcome(process.returncode, signalled=True, asked_to_stop=True)
+                return Outcome(process.returncode, signalled=True, asked_to_stop=True)
             if precheck is not None and precheck.done():
                 bad = precheck.result()
                 precheck = None
                 if bad:
                     self._stop(process)
-                    return StepOutcome(None, bad_nodes=bad)
-            evidence = self._hang_evidence(heartbeats, progress, started)
+                    return Outcome(None, bad_nodes=tuple(bad.items()))
+            evidence = self._hang_evidence(heartbeats, progress, started, time.monotonic())
             if evidence:
                 self._stop(process)
-                return StepOutcome(None, hang_evidence=evidence)
+                return Outcome(None, hang_evidence=evidence)
 
-    def _hang_evidence(self, heartbeats: Path, progress: dict[int, tuple[int, float]], started: float) -> str:
+    def _hang_evidence(self, heartbeats: Path, progress: dict[int, tuple[int, float]], started: float,
+                       now: float) -> str:
+        """Evidence that the step hangs at `now` (the monotonic clock, as `started`), else ''."""
         if not self.hang_timeout and not self.startup_timeout:
             return ""
-        now = time.monotonic()
         beats = read_heartbeats(heartbeats)
         if not beats:
             # Hang detection watches ranks that beat; before the first beat (imports, the rendezvous, loading a
@@ -359,14 +384,6 @@ class Supervisor:
         self.warned_with_time_left = self.time_left()
         self.stop_requested.set()
 
-    def warning_cause(self) -> str:
-        """TIME_LIMIT when the warning came as close to the limit as the job asked for, else PREEMPTED."""
-        left = self.warned_with_time_left
-        if left is None:
-            return TIME_LIMIT if self.signal_lead is not None else PREEMPTED
-        lead = self.signal_lead if self.signal_lead is not None else UNKNOWN_LEAD_S
-        return TIME_LIMIT if left <= lead + 60 else PREEMPTED
-
     # ----- the loop -----------------------------------------------------------------------------
     def run(self) -> int:
         print(f"clusterkit supervisor: attempt {self.attempt} started at {time.time():.3f}", file=sys.stderr,
@@ -384,7 +401,7 @@ class Supervisor:
         if completed_in:
             # Requeued after it completed (a warning or a requeue that came too late): starting the step again
             # would only have the ranks leave at once, and a peer still in its rendezvous fail.
-            self.decide(COMPLETED, f"attempt {completed_in} completed the run; the step is not started again",
+            self.record(Kind.COMPLETED, f"attempt {completed_in} completed the run; the step is not started again",
                         stopped=True)
             return 0
         if self.attempt not in budget.attempts_seen:
@@ -394,7 +411,7 @@ class Supervisor:
             self.run_state.save(budget)
         full = self.storage_full()
         if full:
-            self.decide(CHECKPOINT_STORAGE_FULL, f"before the step: {full}; free space there, then resubmit",
+            self.record(Kind.CHECKPOINT_STORAGE_FULL, f"before the step: {full}; free space there, then resubmit",
                         stopped=True, free_bytes=_free_bytes(self.checkpoint_dir or self.state_dir.parent))
             return 1
         newest_before = _newest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
@@ -406,106 +423,23 @@ class Supervisor:
         checker.shutdown(wait=False)
         try_number = 0
         while True:
-            outcome = self.run_step(try_number, precheck if try_number == 0 else None)
-            if outcome.bad_nodes:
-                return self.node_failure("the check beside the step: " + "; ".join(outcome.bad_nodes.values()),
-                                         outcome.bad_nodes, budget)
-            if outcome.terminated:
-                self.decide(TERMINATED, "Slurm terminated the job (cancelled, a node failed, or the time "
-                            "limit); Slurm requeues it if it is requeueable", exit_code=outcome.exit_code)
-                return outcome.exit_code or 143
-            # Exit 0 is complete unless it answers our stop. A step we stopped is complete when every rank said
-            # it finished its training: the warning came after the last step, and its exit code is our stop's.
-            if outcome.finished and outcome.asked_to_stop:
-                self.decide(COMPLETED, f"every rank finished its training on {','.join(nodes)} before the warning "
-                            f"stopped the step (exit {outcome.exit_code})", stopped=True)
-                return 0
-            if outcome.exit_code == 0 and not outcome.asked_to_stop:
-                late = "; it finished before the warning was passed on" if outcome.signalled else ""
-                self.decide(COMPLETED, f"step exited 0 on {','.join(nodes)}{late}", stopped=True)
-                return 0
-            if outcome.signalled:
-                cause = self.warning_cause()
-                left = self.warned_with_time_left
-                why = (f"warned {'before the time limit' if cause == TIME_LIMIT else 'of a preemption'}"
-                       + (f" with {left:.0f} s left" if left is not None else "")
-                       + "; " + self.saved_on_stop(newest_before, outcome.exit_code))
-                if not self.spend(budget, "time_limit" if cause == TIME_LIMIT else "preemption", why):
-                    return 1
-                self.decide(cause, why, exit_code=outcome.exit_code)
-                return self.requeue()
-            failure = outcome.hang_evidence or exit_evidence(outcome.exit_code, outcome.log_tail)
-            if not self.job_running():
-                # Slurm is ending the job (a node it saw die, a cancel): health checks cannot run on a
-                # job being torn down, so they prove nothing about the nodes. Slurm decides what is next.
-                self.decide(TERMINATED, f"{failure} while Slurm was ending the job; no node judged",
-                            exit_code=outcome.exit_code)
-                return outcome.exit_code or 143
-            full = self.storage_full()
-            if full:
-                self.decide(CHECKPOINT_STORAGE_FULL, f"{failure}; {full}: a restart would fail the same way; "
-                            "free space there, then resubmit", exit_code=outcome.exit_code, stopped=True,
-                            free_bytes=_free_bytes(self.checkpoint_dir or self.state_dir.parent))
-                return outcome.exit_code or 1
-            bad = self.unhealthy_nodes(nodes)
-            if bad:
-                return self.node_failure(f"{failure}; " + "; ".join(bad.values()), bad, budget)
-            if outcome.hang_evidence:
-                decision, evidence = HANG, f"{failure}; all nodes healthy: retrying the step on the same nodes"
-            else:
-                budget.application_failures += 1
-                self.run_state.save(budget)
-                if budget.application_failures > self.app_retries:
-                    self.decide(APPLICATION_ERROR, f"{failure} with all nodes healthy, "
-                                f"{budget.application_failures} times: the application fails; stopping",
-                                exit_code=outcome.exit_code, stopped=True)
-                    return outcome.exit_code or 1
-                decision, evidence = APPLICATION_ERROR, (f"{failure} with all nodes healthy: retrying the step "
-                                                         f"({budget.application_failures} of {self.app_retries})")
-            if not self.spend(budget, "failure", failure):
-                return outcome.exit_code or 1
-            self.decide(decision, evidence, exit_code=outcome.exit_code)
+            outcome = self.run_step(try_number, nodes, newest_before, precheck if try_number == 0 else None)
+            health = self.health_after_failure(nodes) if outcome.failed else Health()
+            decision = decisions.decide(outcome, self.budget_of(budget), health)
+            code = self.carry_out(decision, budget)
+            if decision.action is not Action.RETRY:
+                return code
             try_number += 1
 
     def _completed_attempt(self) -> str:
         """An earlier attempt of this job that completed the run, else ''."""
         for made in runtime.read_decisions(self.run_state.decisions_path):
             attempt = str(made.get("attempt", ""))
-            if (made.get("decision") == COMPLETED and attempt != self.attempt
+            if (made.get("decision") == Kind.COMPLETED.value and attempt != self.attempt
                     and attempt.partition(".")[0] == self.job_id):
                 return attempt
         return ""
 
-    def node_failure(self, evidence: str, bad: dict[str, str], budget: Budget) -> int:
-        """Drain the bad nodes with their evidence and requeue, if the budget allows a restart."""
-        self.drain(bad)
-        if not self.spend(budget, "failure", evidence):
-            return 1
-        self.decide(NODE_FAILURE, evidence, nodes=sorted(bad))
-        return self.requeue()
-
-
-def exit_evidence(code: int | None, output: str) -> str:
-    """'step exited N', or which rank a signal killed where the launcher's report (torchrun's failure
-    summary, srun's line per task) or the return code (-N, or 128+N from a shell) says so."""
-    # A SIGKILL is the cause; SIGTERMs in the same report are often torchrun's own teardown of the others.
-    reports = sorted(_TORCHRUN_SIGNAL.finditer(output), key=lambda match: match["signal"] != str(int(signal.SIGKILL)))
-    torchrun = reports[0] if reports else None
-    srun = _SRUN_KILLED.search(output)
-    if torchrun:
-        number, who = int(torchrun["signal"]), f"rank {torchrun['rank']} on {torchrun['node']}"
-    elif srun:
-        number, who = signal.SIGKILL, f"task {srun['rank']} on {srun['node']}"
-    elif code is not None and (code < 0 or 128 < code < 128 + signal.NSIG):
-        number, who = abs(code) if code < 0 else code - 128, "the step"
-    else:
-        return f"step exited {code}"
-    try:
-        name = signal.Signals(number).name
-    except ValueError:
-        name = f"signal {number}"
-    hint = " (out of memory?)" if number == signal.SIGKILL else ""
-    return f"{who} killed by {name}{hint}, step exited {code}"
 
 
 def _output_end() -> int | None:

@@ -1,18 +1,210 @@
-"""The supervisor's decisions with real step processes and a scripted Slurm (no daemons)."""
+"""The supervisor's decisions: `decide()` against its docstring's table and at each boundary, then with real step
+processes and a scripted Slurm (no daemons)."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
 from clusterkit import runtime
+from clusterkit.resilience import decisions
 from clusterkit.resilience import supervisor as supervisor_module
+from clusterkit.resilience.decisions import Action, Health, Kind, Outcome, decide
 from clusterkit.resilience.run_state import Budget, RunState
 from clusterkit.resilience.supervisor import Supervisor
 
 from tests.fakes import ScriptedSlurm
+
+# ----- decide(): one case per row of its docstring's table ---------------------------------------------------------
+NODES = ("n1", "n2")
+BESIDE = Outcome(None, NODES, bad_nodes=(("n2", "GPU 3 fell off the bus"),))
+ENDED = Outcome(143, NODES, terminated=True)
+DONE = Outcome(0, NODES)
+NEAR = Outcome(0, NODES, signalled=True, asked_to_stop=True, time_left=58, signal_lead=60,
+               saved="the step saved step-00000007 (exit 0)")
+FAR = dataclasses.replace(NEAR, time_left=3 * 3600)
+HUNG = Outcome(None, NODES, hang_evidence="rank 1 on n2 made no progress past step 7 for 601 s")
+EXITED = Outcome(3, NODES)
+HEALTHY, ENDING, SICK = Health(), Health(job_ending=True), Health(bad_nodes=(("n1", "EFA 2 of 4"),))
+FULL = Health(storage_full="0.5 MiB free of 50 MiB on /fsx/run", free_bytes=512 << 10)
+LEFT = decisions.Budget(max_restarts=3, app_retries=1, max_time_limit_requeues=100, max_preemptions=5)
+SPENT = dataclasses.replace(LEFT, failures=3, time_limit_requeues=100, preemptions=5)
+APP_SPENT = dataclasses.replace(LEFT, application_failures=1)
+
+TABLE = [  # outcome, health, budget -> decision, action, drained
+    (BESIDE, HEALTHY, LEFT, Kind.NODE_FAILURE, Action.REQUEUE, True),
+    (BESIDE, HEALTHY, SPENT, Kind.BUDGET_EXHAUSTED, Action.STOP, True),
+    (ENDED, HEALTHY, LEFT, Kind.TERMINATED, Action.LEAVE, False),
+    (DONE, HEALTHY, SPENT, Kind.COMPLETED, Action.FINISH, False),
+    (NEAR, HEALTHY, LEFT, Kind.TIME_LIMIT, Action.REQUEUE, False),
+    (NEAR, HEALTHY, SPENT, Kind.BUDGET_EXHAUSTED, Action.STOP, False),
+    (FAR, HEALTHY, LEFT, Kind.PREEMPTED, Action.REQUEUE, False),
+    (FAR, HEALTHY, SPENT, Kind.BUDGET_EXHAUSTED, Action.STOP, False),
+    (EXITED, ENDING, LEFT, Kind.TERMINATED, Action.LEAVE, False),
+    (HUNG, FULL, LEFT, Kind.CHECKPOINT_STORAGE_FULL, Action.STOP, False),
+    (EXITED, SICK, LEFT, Kind.NODE_FAILURE, Action.REQUEUE, True),
+    (HUNG, SICK, SPENT, Kind.BUDGET_EXHAUSTED, Action.STOP, True),
+    (HUNG, HEALTHY, LEFT, Kind.HANG, Action.RETRY, False),
+    (HUNG, HEALTHY, SPENT, Kind.BUDGET_EXHAUSTED, Action.STOP, False),
+    (EXITED, HEALTHY, APP_SPENT, Kind.APPLICATION_ERROR, Action.STOP, False),
+    (EXITED, HEALTHY, LEFT, Kind.APPLICATION_ERROR, Action.RETRY, False),
+    (EXITED, HEALTHY, SPENT, Kind.BUDGET_EXHAUSTED, Action.STOP, False),
+]
+_ACTIONS = {"drain, requeue": (Action.REQUEUE, True), "drain, stop": (Action.STOP, True),
+            "leave": (Action.LEAVE, False), "finish": (Action.FINISH, False), "requeue": (Action.REQUEUE, False),
+            "stop": (Action.STOP, False), "retry": (Action.RETRY, False)}
+
+
+def documented_rows() -> list[tuple[str, Kind, Action, bool]]:
+    """decide()'s docstring table: (the row as written, decision, action, drained)."""
+    text = decide.__doc__ or ""
+    lines = text[text.index("outcome "):].split("\n\n")[0].splitlines()[1:]
+    rows = []
+    for line in lines:
+        *inputs, decision, action = re.split(r"\s{2,}", line.strip())
+        rows.append((" / ".join(inputs), Kind(decision), *_ACTIONS[action]))
+    return rows
+
+
+def test_each_row_of_the_docstring_table_has_its_case_in_this_order():
+    assert [row[1:] for row in documented_rows()] == [case[3:] for case in TABLE]
+
+
+@pytest.mark.parametrize(("outcome", "health", "budget", "kind", "action", "drained"), TABLE,
+                         ids=[row[0] for row in documented_rows()])
+def test_decide_follows_its_table(outcome: Outcome, health: Health, budget: decisions.Budget, kind: Kind,
+                                  action: Action, drained: bool):
+    decision = decide(outcome, budget, health)
+    assert (decision.kind, decision.action, bool(decision.drain)) == (kind, action, drained), decision
+    assert decision.stopped == (action in (Action.FINISH, Action.STOP))
+
+
+@pytest.mark.parametrize(("outcome", "health", "budget", "exit_code"), [
+    (DONE, HEALTHY, LEFT, 0), (NEAR, HEALTHY, LEFT, 1), (BESIDE, HEALTHY, SPENT, 1), (HUNG, HEALTHY, SPENT, 1),
+    (EXITED, HEALTHY, SPENT, 3), (EXITED, HEALTHY, APP_SPENT, 3), (HUNG, FULL, LEFT, 1), (EXITED, FULL, LEFT, 3),
+    (ENDED, HEALTHY, LEFT, 143), (dataclasses.replace(ENDED, exit_code=None), HEALTHY, LEFT, 143),
+    (Outcome(137, NODES, terminated=True), HEALTHY, LEFT, 137), (HUNG, ENDING, LEFT, 143),
+], ids=["completed", "requeue", "node-spent", "hang-spent", "exit-spent", "app-stop", "full-hang", "full-exit",
+        "terminated", "terminated-stopped", "terminated-137", "ending-hang"])
+def test_the_supervisors_exit_status_is_the_steps_where_it_has_one(outcome: Outcome, health: Health,
+                                                                    budget: decisions.Budget, exit_code: int):
+    assert decide(outcome, budget, health).exit_code == exit_code
+
+
+# ----- decide() at its boundaries ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("outcome", "health", "allowed"), [
+    (EXITED, HEALTHY, Kind.APPLICATION_ERROR), (HUNG, HEALTHY, Kind.HANG), (EXITED, SICK, Kind.NODE_FAILURE),
+    (BESIDE, HEALTHY, Kind.NODE_FAILURE)], ids=["application", "hang", "bad-node", "bad-node-beside"])
+@pytest.mark.parametrize(("failures", "spent"), [(2, False), (3, True)], ids=["one-left", "used-up"])
+def test_the_restart_budget_is_spent_when_the_failures_reach_max_restarts(outcome: Outcome, health: Health,
+                                                                          allowed: Kind, failures: int, spent: bool):
+    decision = decide(outcome, dataclasses.replace(LEFT, failures=failures, app_retries=10), health)  # max_restarts 3
+    assert decision.kind is (Kind.BUDGET_EXHAUSTED if spent else allowed) and decision.budget.failures == 3
+    assert decision.evidence.endswith("; the restart budget of 3 is spent") == spent
+
+
+def test_no_restart_at_all_with_a_budget_of_0():
+    assert decide(HUNG, decisions.Budget(max_restarts=0, app_retries=1), HEALTHY).kind is Kind.BUDGET_EXHAUSTED
+
+
+@pytest.mark.parametrize(("before", "action", "words"), [(1, Action.RETRY, "retrying the step (2 of 2)"),
+                                                         (2, Action.STOP, "3 times: the application fails; stopping")])
+def test_the_application_is_retried_app_retries_times(before: int, action: Action, words: str):
+    decision = decide(EXITED, dataclasses.replace(LEFT, app_retries=2, application_failures=before), HEALTHY)
+    assert (decision.kind, decision.action, decision.budget.application_failures) == (
+        Kind.APPLICATION_ERROR, action, before + 1)
+    assert words in decision.evidence
+    assert decision.budget.failures == (1 if action is Action.RETRY else 0)  # a stop spends no restart
+
+
+def test_a_non_zero_exit_counts_against_the_application_even_when_the_budget_is_spent():
+    assert decide(EXITED, SPENT, HEALTHY).budget.application_failures == 1
+
+
+@pytest.mark.parametrize(("requeues", "kind"), [(99, Kind.TIME_LIMIT), (100, Kind.BUDGET_EXHAUSTED)])
+def test_time_limit_requeues_stop_at_their_bound(requeues: int, kind: Kind):
+    decision = decide(NEAR, dataclasses.replace(LEFT, time_limit_requeues=requeues), HEALTHY)
+    assert decision.kind is kind and decision.budget.time_limit_requeues == 100
+    if kind is Kind.BUDGET_EXHAUSTED:
+        assert "the bound on time-limit requeues of 100 is spent" in decision.evidence
+
+
+@pytest.mark.parametrize("outcome", [NEAR, FAR], ids=["time-limit", "preemption"])
+def test_planned_requeues_spend_no_restart_and_without_a_bound_never_stop(outcome: Outcome):
+    budget = dataclasses.replace(SPENT, max_time_limit_requeues=None, max_preemptions=None,
+                                 time_limit_requeues=10**6, preemptions=10**6)
+    decision = decide(outcome, budget, HEALTHY)
+    assert decision.action is Action.REQUEUE and decision.budget.failures == 3  # the restart budget is spent
+    assert (decision.budget.time_limit_requeues, decision.budget.preemptions) == (
+        (10**6 + 1, 10**6) if outcome is NEAR else (10**6, 10**6 + 1))
+
+
+@pytest.mark.parametrize(("left", "lead", "kind"), [
+    (120, 60, Kind.TIME_LIMIT), (120.5, 60, Kind.PREEMPTED), (0, 60, Kind.TIME_LIMIT),
+    (960, None, Kind.TIME_LIMIT), (960.5, None, Kind.PREEMPTED),  # no lead given: 900 s
+    (None, 60, Kind.TIME_LIMIT), (None, None, Kind.PREEMPTED),  # the time left unknown
+])
+def test_a_warning_is_the_time_limits_up_to_its_lead_and_60_s(left: float | None, lead: float | None, kind: Kind):
+    assert decide(dataclasses.replace(NEAR, time_left=left, signal_lead=lead), LEFT, HEALTHY).kind is kind
+
+
+@pytest.mark.parametrize(("outcome", "kind"), [
+    (Outcome(0, NODES, signalled=True), Kind.COMPLETED),  # it exited before the warning was passed on
+    (Outcome(143, NODES, signalled=True, asked_to_stop=True, finished=True), Kind.COMPLETED),
+    (Outcome(0, NODES, signalled=True, asked_to_stop=True), Kind.TIME_LIMIT),  # exit 0 answering our stop
+    (Outcome(1, NODES, signalled=True), Kind.TIME_LIMIT),
+    (Outcome(3, NODES, finished=True), Kind.APPLICATION_ERROR),  # "done" alone is not complete without our stop
+], ids=["exit-0-before", "finished-then-stopped", "stopped", "failed-after-warning", "finished-but-failed"])
+def test_complete_is_exit_0_or_every_rank_finished_before_our_stop(outcome: Outcome, kind: Kind):
+    decision = decide(dataclasses.replace(outcome, time_left=58, signal_lead=60), LEFT, HEALTHY)
+    assert decision.kind is kind, decision
+
+
+def test_health_is_not_weighed_for_a_step_that_did_not_fail():
+    for outcome in (BESIDE, ENDED, DONE, NEAR, FAR):
+        assert not outcome.failed
+        assert decide(outcome, LEFT, ENDING) == decide(outcome, LEFT, HEALTHY)
+    assert HUNG.failed and EXITED.failed
+
+
+def hang_watcher(tmp_path: Path, hang_timeout: float, startup_timeout: float | None) -> Supervisor:
+    return Supervisor(["true"], tmp_path / "state", 3, 1, hang_timeout=hang_timeout, health_timeout=10,
+                      precheck=False, slurm=ScriptedSlurm(), startup_timeout=startup_timeout)
+
+
+def test_no_heartbeat_is_a_hang_only_once_the_startup_timeout_has_passed(tmp_path):
+    beats = tmp_path / "beats"
+    beats.mkdir()
+    watcher = hang_watcher(tmp_path, hang_timeout=0, startup_timeout=30)
+    assert watcher._hang_evidence(beats, {}, 1000.0, 1030.0) == ""
+    assert "no rank sent a heartbeat within 30 s" in watcher._hang_evidence(beats, {}, 1000.0, 1030.5)
+    (beats / "rank-00000.hb").write_text("0 1.000 n1\n")  # a beat: the startup bound no longer applies
+    assert watcher._hang_evidence(beats, {}, 1000.0, 5000.0) == ""
+
+
+def test_a_rank_hangs_once_it_made_no_progress_for_longer_than_the_hang_timeout(tmp_path):
+    beats = tmp_path / "beats"
+    beats.mkdir()
+    (beats / "rank-00001.hb").write_text("7 1.000 n2\n")
+    watcher, progress = hang_watcher(tmp_path, hang_timeout=600, startup_timeout=None), {}
+    assert watcher._hang_evidence(beats, progress, 0.0, 100.0) == ""  # step 7 first seen at 100
+    assert watcher._hang_evidence(beats, progress, 0.0, 700.0) == ""
+    assert watcher._hang_evidence(beats, progress, 0.0, 700.5).startswith("rank 1 on n2 made no progress past step 7")
+    (beats / "rank-00001.hb").write_text("8 2.000 n2\n")  # progress resets the clock
+    assert watcher._hang_evidence(beats, progress, 0.0, 1000.0) == ""
+
+
+def test_the_requeues_evidence_names_the_newest_checkpoint_past_8_digits(tmp_path):
+    checkpoints = tmp_path / "run"
+    for name in ("step-99999999", "step-100000000"):
+        (checkpoints / name).mkdir(parents=True)
+    watcher = Supervisor(["true"], tmp_path / "state", 3, 1, hang_timeout=0, health_timeout=10, precheck=False,
+                         slurm=ScriptedSlurm(), checkpoint_dir=checkpoints)
+    assert watcher.saved_on_stop(checkpoints / "step-99999999", 0) == "the step saved step-100000000 (exit 0)"
 
 
 @pytest.fixture(autouse=True)
