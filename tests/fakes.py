@@ -72,7 +72,7 @@ class ScriptedSlurm:
         self.drained.append((node, reason))
 
     def run(self, command: str, *args: str, **_: object) -> subprocess.CompletedProcess[str]:
-        """`srun ... -w NODE python -m clusterkit.resilience.health`: the node's health report."""
+        """`srun ... -w NODE python -m clusterkit.stack.health`: the node's health report."""
         node = args[args.index("-w") + 1]
         results = [{"check": "injected-fault", "ok": node not in self.sick, "evidence": self.sick.get(node, "none")}]
         report = {"node": node, "healthy": node not in self.sick, "results": results}

@@ -107,7 +107,7 @@ def render_sbatch(spec: JobSpec) -> str:
 
 
 # The same rule in bash, printing the port on the node: the body of _rdzv.j2's clusterkit_rdzv_port,
-# and of the nccom-test job's (stack.nccl_tests), which has no rendered script of its own.
+# and of the nccom-test job's (jobs.nccl_tests), which has no rendered script of its own.
 RENDEZVOUS_PORT_SHELL = ShellText(f"""local rest=${{SLURM_CLUSTER_NAME:-}} hash=0 code
 while [[ -n $rest ]]; do
   printf -v code '%d' "'${{rest:0:1}}"
