@@ -1,11 +1,4 @@
-"""Checkpoints that are either complete and verifiable or invisible.
-
-Layout under `root`:
-
-    step-00000120/            a committed checkpoint: its files + manifest.json
-    step-00000130/
-    latest                    "step-00000130": a pointer for people and tools
-    .pending-step-00000140-<token>/   a save in progress (or the debris of a crashed one)
+"""Checkpoints that are either complete and verifiable or invisible: the manager, the API of the library.
 
 A save writes every rank's files into one pending directory inside `root` (rename is atomic only
 within one file system), fsyncs them, then one rank writes `manifest.json` (sizes and digests of
@@ -21,89 +14,51 @@ Checksums are computed while the bytes are written and checked while they are re
 (`checksums.py` says which algorithm catches what): `latest()` picks the newest checkpoint whose
 manifest and file sizes check out, and `resume()` / `load()` read its files once, verifying every
 piece on the way into torch; a checkpoint whose bytes fail is skipped for the next older one.
+
+The manager holds what is torch's (serializing and loading state, copies to host memory) and delegates
+the rest: the names under `root` to `checkpoint_layout`, the manifest and its checks to
+`checkpoint_manifest`, the rank coordination and the commit to `checkpoint_commit`, the deletion of old
+checkpoints to `retention`.
 """
 
 
 from __future__ import annotations
 
 import copy
-import errno
-import json
 import logging
 import os
-import re
-import secrets
-import shutil
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from clusterkit.errors import ClusterkitError, NotFound
 from clusterkit.lean_dataclass import lean_dataclass
+from clusterkit.resilience.checkpoint_commit import CommitProtocol, Topology, initialized_dist, topology_for
 from clusterkit.resilience.checkpoint_files import (
     ChecksummedFile,
     SpooledChecksummedFile,
     SpoolBuffers,
     VerifyingFile,
+    hash_pool,
     lower_priority,
-    shared_executor,
 )
-from clusterkit.resilience.checksums import (
-    ALGORITHMS,
-    Checksum,
-    ChecksumAlgorithm,
-    algorithm_for,
-    digest_file,
-    hash_threads,
+from clusterkit.resilience.checkpoint_layout import shard_name, step_dirs
+from clusterkit.resilience.checkpoint_manifest import (
+    Checkpoint,
+    DamagedCheckpoint,
+    FileEntries,
+    Verify,
+    algorithm_of,
+    verify_checkpoint,
+    verify_files,
 )
-from clusterkit.resilience.run_identity import attempt_id
+from clusterkit.resilience.checksums import Checksum, ChecksumAlgorithm, algorithm_for
+from clusterkit.resilience.retention import Retention
 
 log = logging.getLogger(__name__)
-
-FORMAT = "clusterkit-checkpoint"
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-LATEST_POINTER = "latest"
-
-Verify = Literal["full", "size"]
-"""How hard `latest()` checks a candidate.
-
-"size" (the default) reads the manifest and compares its file sizes with the files on disk:
-instant; catches missing, truncated and foreign files (what a crash of an unsynced writer leaves).
-Flipped bytes are caught when `resume()`/`load()` read the files, which verify every piece on the
-way. "full" re-reads every byte and compares digests now: one extra read of the checkpoint.
-"""
-
-_STEP_DIR = re.compile(r"^step-(\d{8,})$")
-_PENDING_DIR = re.compile(r"^\.pending-step-(\d{8,})-")
-_DISCARDED = ".discarded-"
-_NOT_CHECKPOINT_FILES = re.compile(r"^(manifest\.json|rank-\d{5,}\.done\.json)$|\.tmp$")
-
-
-class DamagedCheckpoint(ClusterkitError):
-    """A committed checkpoint whose bytes do not match its manifest's checksums."""
-
-
-@lean_dataclass(frozen=True)
-class Checkpoint:
-    """A committed checkpoint whose manifest checks out (see `Verify` for how far)."""
-
-    step: int
-    path: Path
-    manifest: dict[str, Any]
-
-
-@lean_dataclass(frozen=True)
-class _Topology:
-    rank: int
-    world_size: int
-    use_collectives: bool
-    group: Any = None  # torch.distributed process group, None for the default one
 
 
 @lean_dataclass(frozen=True)
@@ -111,7 +66,7 @@ class _TorchWrite:
     """A shard in the page cache or spooled in host buffers, waiting to be made durable and committed (or its
     error)."""
 
-    topology: _Topology
+    topology: Topology
     directory: Path
     path: Path
     sink: ChecksummedFile | SpooledChecksummedFile | None
@@ -146,22 +101,33 @@ class CheckpointManager:
     ) -> None:
         if keep < 1:
             raise ClusterkitError(f"keep must be at least 1, got {keep}", fix="keep=1 or more")
-        self.root = Path(root)
-        self.keep = keep
+        self._root = Path(root)
         self.checksum = algorithm_for(checksum)
         self._rank = rank
         self._world_size = world_size
         self._process_group = process_group
-        self._commit_timeout_s = commit_timeout_s
+        self._retention = Retention(self._root, keep)
+        self._protocol = CommitProtocol(self._root, commit_timeout_s, self._retention)
         self._background: ThreadPoolExecutor | None = None
         self._in_flight: Future[Checkpoint | None] | None = None
-        self._retention: Future[None] | None = None
         self._async_group: Any = None
         self._host_buffers: list[Any] = []
         self._spool = SpoolBuffers()
         self._last_commit: Checkpoint | None = None
-        # Checkpoints known whole, by the identity of their files: committed here, or read back in full.
-        self._verified: set[tuple[Any, ...]] = set()
+
+    @property
+    def root(self) -> Path:
+        """The directory the checkpoints live in."""
+        return self._root
+
+    @property
+    def keep(self) -> int:
+        """How many checkpoints that verify retention keeps (the newest)."""
+        return self._retention.keep
+
+    @keep.setter
+    def keep(self, keep: int) -> None:
+        self._retention.keep = keep
 
     # ----- saving -------------------------------------------------------------------------------
 
@@ -191,17 +157,17 @@ class CheckpointManager:
         """
         self.wait()
         group = self._process_group
-        if group is None and self._world_size is None and _initialized_dist() is not None:
+        if group is None and self._world_size is None and initialized_dist() is not None:
             # Collectives from the writer thread must not interleave with the training loop's
             # collectives on the same group; every rank reaches this line at the same step.
             if self._async_group is None:
-                self._async_group = _initialized_dist().new_group(backend="gloo")
+                self._async_group = initialized_dist().new_group(backend="gloo")
             group = self._async_group
         if self._background is None:
             self._background = ThreadPoolExecutor(1, thread_name_prefix="clusterkit-checkpoint",
                                                   initializer=lower_priority)
         if _in_host_memory(state):
-            started = self._start_torch_write(step, state, group, _hash_pool(background=True), spool=self._spool)
+            started = self._start_torch_write(step, state, group, hash_pool(background=True), spool=self._spool)
             if started.error is not None:
                 self._complete_torch_write(step, started)  # tells the peers, then raises the error here
             else:
@@ -220,7 +186,7 @@ class CheckpointManager:
         try:
             self.wait()
         finally:
-            self._wait_for_retention()
+            self._retention.wait()
             if self._background is not None:
                 self._background.shutdown()
                 self._background = None
@@ -237,7 +203,7 @@ class CheckpointManager:
 
         with self._pending(step, kind="dcp") as (directory, files):
             with _torch_crc32_off():
-                dcp.save(state_dict, storage_writer=ChecksummingWriter(directory, self.checksum, files, _hash_pool()))
+                dcp.save(state_dict, storage_writer=ChecksummingWriter(directory, self.checksum, files, hash_pool()))
         return self._last_commit
 
     @contextmanager
@@ -277,7 +243,7 @@ class CheckpointManager:
                 if not topology.use_collectives and topology.world_size > 1:
                     # No way to hear from the other ranks: check their shards too, so that every
                     # rank reaches the same verdict.
-                    _verify_files(checkpoint, [n for n in checkpoint.manifest["files"] if n != _shard_name(rank)])
+                    verify_files(checkpoint, [n for n in checkpoint.manifest["files"] if n != shard_name(rank)])
                 state = self._load_verified(checkpoint, rank, map_location, weights_only)
             except DamagedCheckpoint as damaged:
                 problem = damaged.message
@@ -288,7 +254,7 @@ class CheckpointManager:
             if agree:
                 verdicts: list[Any] = [None] * topology.world_size
                 verdict = (checkpoint.step, problem, str(fatal) if fatal else None)
-                _initialized_dist().all_gather_object(verdicts, verdict, group=topology.group)
+                initialized_dist().all_gather_object(verdicts, verdict, group=topology.group)
                 stop = next((f"rank {r}: {f}" for r, (_, _, f) in enumerate(verdicts) if f), None)
                 if stop:
                     raise ClusterkitError(f"cannot resume from {checkpoint.path}: {stop}")
@@ -332,22 +298,22 @@ class CheckpointManager:
             if checkpoint is None:
                 raise self._nothing_to_load()
         else:
-            _verify_files(checkpoint, list(checkpoint.manifest["files"]))
+            verify_files(checkpoint, list(checkpoint.manifest["files"]))
         dcp.load(state_dict, checkpoint_id=checkpoint.path)
         return checkpoint
 
-    # ----- the save protocol --------------------------------------------------------------------
+    # ----- writing torch shards -----------------------------------------------------------------
 
     def _save_torch(self, step: int, state: Any, group: Any, *, background: bool) -> Checkpoint | None:
-        started = self._start_torch_write(step, state, group, _hash_pool(background=background))
+        started = self._start_torch_write(step, state, group, hash_pool(background=background))
         return self._complete_torch_write(step, started)
 
     def _start_torch_write(self, step: int, state: Any, group: Any, pool: Executor,
                            spool: SpoolBuffers | None = None) -> _TorchWrite:
         """This rank's shard written into the page cache, or into `spool` (not yet durable), or the error."""
         topology = self._topology(group)
-        directory = self._open_pending(step, topology)
-        path = directory / _shard_name(topology.rank)
+        directory = self._protocol.open_pending(step, topology)
+        path = directory / shard_name(topology.rank)
         try:
             sink = _start_torch_file(state, path, self.checksum, pool, spool)
             return _TorchWrite(topology, directory, path, sink, None)
@@ -357,7 +323,7 @@ class CheckpointManager:
 
     def _complete_torch_write(self, step: int, started: _TorchWrite) -> Checkpoint | None:
         """fsync the shard, then the commit protocol (which raises the write's error, if any)."""
-        files: dict[str, dict[str, Any]] = {}
+        files: FileEntries = {}
         error = started.error
         if started.sink is not None:
             try:
@@ -368,232 +334,29 @@ class CheckpointManager:
                 error = exc
             finally:
                 started.sink.close()
-        return self._finish(step, "torch", started.topology, started.directory, files, error)
+        return self._protocol.finish(step, "torch", started.topology, started.directory, files, error,
+                                     self.checksum)
 
     @contextmanager
-    def _pending(self, step: int, kind: str) -> Iterator[tuple[Path, dict[str, dict[str, Any]]]]:
+    def _pending(self, step: int, kind: str) -> Iterator[tuple[Path, FileEntries]]:
         """A pending directory, and a dict for the block to record files it digested itself."""
         self.wait()
         topology = self._topology(self._process_group)
-        directory = self._open_pending(step, topology)
-        files: dict[str, dict[str, Any]] = {}
+        directory = self._protocol.open_pending(step, topology)
+        files: FileEntries = {}
         error: BaseException | None = None
         try:
             yield directory, files
         except BaseException as exc:
             error = exc
-        if topology.use_collectives:
-            dist = _initialized_dist()
-            dist.barrier(group=topology.group)
-            if error is None and kind == "files":
-                # Everyone is done writing: split the digesting across ranks.
-                names = sorted(_checkpoint_files(directory))
-                files.update(_digest_files(directory, names[topology.rank :: topology.world_size], self.checksum))
-        # Without collectives rank 0 digests whatever no rank claimed, after all markers are in.
-        self._last_commit = self._finish(step, kind, topology, directory, files, error)
-
-    def _open_pending(self, step: int, topology: _Topology) -> Path:
-        token = self._agree_on_token(topology)
-        directory = self.root / f".pending-step-{step:08d}-{token}"
-        directory.mkdir(parents=True, exist_ok=True)
-        # Debris of an earlier try of this very attempt must not be mistaken for this rank's work.
-        for stale in (directory / _shard_name(topology.rank), directory / _marker_name(topology.rank)):
-            stale.unlink(missing_ok=True)
-        return directory
-
-    def _agree_on_token(self, topology: _Topology) -> str:
-        if topology.world_size == 1:
-            return secrets.token_hex(4)
-        if topology.use_collectives:
-            proposal = [secrets.token_hex(4) if topology.rank == 0 else None]
-            _initialized_dist().broadcast_object_list(proposal, group=topology.group, group_src=0)
-            return str(proposal[0])
-        return re.sub(r"[^A-Za-z0-9.]", "_", attempt_id())
-
-    def _finish(
-        self,
-        step: int,
-        kind: str,
-        topology: _Topology,
-        directory: Path,
-        files: dict[str, dict[str, Any]],
-        error: BaseException | None,
-    ) -> Checkpoint | None:
-        report = {"rank": topology.rank, "files": files, "error": _describe(error, step, self.root)}
-        reports = self._gather(step, topology, directory, report)
-        outcome: Checkpoint | str | None = None
-        if reports is not None:
-            failures = [f"rank {r['rank']}: {r['error']}" for r in reports if r["error"]]
-            if failures:
-                shutil.rmtree(directory, ignore_errors=True)
-                outcome = "; ".join(failures)
-            else:
-                try:
-                    outcome = self._commit(step, kind, topology.world_size, directory, reports)
-                except OSError as exc:
-                    shutil.rmtree(directory, ignore_errors=True)
-                    outcome = f"rank {topology.rank}: {_describe(exc, step, self.root)}"
-        if topology.use_collectives:
-            shared = [outcome]
-            _initialized_dist().broadcast_object_list(shared, group=topology.group, group_src=0)
-            outcome = shared[0]
-        if error is not None:
-            if isinstance(error, OSError):
-                raise _write_error(error, step, self.root) from error
-            raise error
-        if isinstance(outcome, str):
-            raise ClusterkitError(
-                f"checkpoint step {step} was not committed: {outcome}",
-                fix="earlier checkpoints are intact; fix the cause and save again",
-            )
-        return outcome
-
-    def _gather(
-        self, step: int, topology: _Topology, directory: Path, report: dict[str, Any]
-    ) -> list[dict[str, Any]] | None:
-        """All ranks' reports on the committing rank (rank 0), None elsewhere."""
-        if topology.world_size == 1:
-            return [report]
-        if topology.use_collectives:
-            reports: list[Any] = [None] * topology.world_size
-            _initialized_dist().all_gather_object(reports, report, group=topology.group)
-            return reports if topology.rank == 0 else None
-        if topology.rank != 0:
-            _replace_durably(directory / _marker_name(topology.rank), json.dumps(report).encode())
-            return None
-        return [report] + self._wait_for_markers(step, topology.world_size, directory)
-
-    def _wait_for_markers(self, step: int, world_size: int, directory: Path) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + self._commit_timeout_s
-        pause_s = 0.001
-        reports: dict[int, dict[str, Any]] = {}
-        while True:
-            for rank in range(1, world_size):
-                if rank not in reports:
-                    try:
-                        reports[rank] = json.loads((directory / _marker_name(rank)).read_bytes())
-                    except FileNotFoundError:
-                        pass
-            missing = [rank for rank in range(1, world_size) if rank not in reports]
-            if not missing:
-                return [reports[rank] for rank in range(1, world_size)]
-            if time.monotonic() > deadline:
-                raise ClusterkitError(
-                    f"checkpoint step {step} was not committed: rank(s) {missing} did not finish "
-                    f"their part within {self._commit_timeout_s:.0f} s ({directory})",
-                    fix="check those ranks' logs; earlier checkpoints are intact",
-                )
-            time.sleep(pause_s)
-            pause_s = min(pause_s * 2, 0.1)
-
-    def _commit(
-        self, step: int, kind: str, world_size: int, directory: Path, reports: list[dict[str, Any]]
-    ) -> Checkpoint:
-        files: dict[str, dict[str, Any]] = {}
-        for report in reports:
-            files.update(report["files"])
-        for rank in range(1, world_size):
-            (directory / _marker_name(rank)).unlink(missing_ok=True)
-        unclaimed = sorted(set(_checkpoint_files(directory)) - set(files))
-        files.update(_digest_files(directory, unclaimed, self.checksum))
-        for name, entry in files.items():
-            size = (directory / name).stat().st_size
-            if size != entry["size"]:
-                raise OSError(errno.EIO, f"{name} is {size} bytes, its writer reported {entry['size']}")
-        manifest = {
-            "format": FORMAT,
-            "version": FORMAT_VERSION,
-            "step": step,
-            "kind": kind,
-            "world_size": world_size,
-            "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            "digest_algorithm": self.checksum.name,
-            "files": dict(sorted(files.items())),
-        }
-        _fsync_dir(directory)  # the files' names must be durable before the manifest vouches for them
-        _write_durably(directory / MANIFEST, json.dumps(manifest, indent=1).encode())
-        _fsync_dir(directory)
-        self._wait_for_retention()  # one at a time, and none looking while a step appears
-        final = self.root / _step_dir_name(step)
-        if final.exists():  # saving a step again (a resumed run): the new one replaces it
-            _discard(final)
-        os.rename(directory, final)
-        _fsync_dir(self.root)
-        # Its digests came from the bytes as they were written, each file fsynced: whole unless changed since.
-        identity = _identity(final, files)
-        if identity is not None:
-            self._verified.add(identity)
-        try:
-            _replace_durably(self.root / LATEST_POINTER, f"{final.name}\n".encode())
-        except OSError as exc:  # committed already; latest() does not depend on the pointer
-            log.warning("could not update %s: %s", self.root / LATEST_POINTER, exc)
-        self._remove_debris(step)
-        self._retention = shared_executor("retention", 1, low_priority=True).submit(self._remove_old, step)
-        return Checkpoint(step=step, path=final, manifest=manifest)
-
-    def _remove_old(self, committed_step: int) -> None:
-        """Keep the one just committed and the newest others up to `keep` in all that verify byte for
-        byte (a damaged checkpoint of the right size must not take the place of an older good one):
-        those this manager committed whose files are unchanged since (same inode, size, modification
-        and change times), and any other once read back in full. Drop the rest, and what crashed
-        deletions left. Runs after the commit on a background thread:
-        neither reading back nor deleting is on the save's path, and the next save writes meanwhile
-        (it waits at its commit)."""
-        try:
-            valid_kept = 0
-            for step, path in self._step_dirs():
-                if step == committed_step or (valid_kept < self.keep and self._verifies_in_full(path)):
-                    valid_kept += 1
-                else:
-                    _discard(path)
-            for entry in self.root.iterdir():
-                if entry.name.startswith(_DISCARDED):
-                    shutil.rmtree(entry, ignore_errors=True)
-        except OSError as exc:  # the checkpoint is committed; the next save tries again
-            log.warning("could not remove old checkpoints under %s: %s", self.root, exc)
-
-    def _remove_debris(self, committed_step: int) -> None:
-        """Remove the pending directories of crashed saves of steps up to `committed_step` (later ones
-        may be in progress). At the commit, not later: crashes are rare, and so the debris of one
-        never outlives the next commit, whatever happens to the retention thread."""
-        try:
-            for entry in self.root.iterdir():
-                pending = _PENDING_DIR.match(entry.name)
-                if pending and int(pending.group(1)) <= committed_step:
-                    shutil.rmtree(entry, ignore_errors=True)
-        except OSError as exc:
-            log.warning("could not remove crashed saves under %s: %s", self.root, exc)
-
-    def _verifies_in_full(self, path: Path) -> bool:
-        """Whether the checkpoint at `path` checks out byte for byte: one this manager committed, or read
-        back once (at low priority); from then on the identity of its files stands for it, so a file
-        changed since (a write, a truncation, a replacement) is read back again."""
-        checkpoint, problem = verify_checkpoint(path, "size")
-        identity = _identity(path, checkpoint.manifest["files"]) if checkpoint is not None else None
-        if identity is not None and identity in self._verified:
-            return True
-        if checkpoint is not None:
-            try:
-                _verify_files(checkpoint, list(checkpoint.manifest["files"]), _hash_pool(background=True))
-            except DamagedCheckpoint as damaged:
-                checkpoint, problem = None, damaged.message
-        if checkpoint is None or identity is None:
-            log.warning("removing checkpoint %s: %s", path, problem or "a file of it is missing")
-            return False
-        if _identity(path, checkpoint.manifest["files"]) == identity:  # unchanged while it was read
-            self._verified.add(identity)
-        return True
-
-    def _wait_for_retention(self) -> None:
-        retention, self._retention = self._retention, None
-        if retention is not None:
-            retention.result()
+        self._last_commit = self._protocol.finish_pending(step, kind, topology, directory, files, error,
+                                                          self.checksum)
 
     # ----- loading ------------------------------------------------------------------------------
 
     def _candidates(self, verify: Verify) -> Iterator[Checkpoint]:
         """Committed checkpoints that pass `verify`, newest first."""
-        for _, path in self._step_dirs():
+        for _, path in step_dirs(self.root):
             checkpoint, problem = verify_checkpoint(path, verify)
             if checkpoint is not None:
                 yield checkpoint
@@ -608,7 +371,7 @@ class CheckpointManager:
                 f"{checkpoint.path} was written by {checkpoint.manifest.get('kind')!r}, not torch.save",
                 fix="use load_dcp() for checkpoints written with save_dcp()",
             )
-        name = _shard_name(rank)
+        name = shard_name(rank)
         entry = checkpoint.manifest["files"].get(name)
         if entry is None:
             raise ClusterkitError(
@@ -618,7 +381,7 @@ class CheckpointManager:
             )
         failure: Exception | None = None
         try:
-            with VerifyingFile(checkpoint.path / name, _algorithm_of(checkpoint.manifest), _hash_pool()) as source:
+            with VerifyingFile(checkpoint.path / name, algorithm_of(checkpoint.manifest), hash_pool()) as source:
                 try:
                     state = torch.load(source, map_location=map_location, weights_only=weights_only)
                 except Exception as exc:  # damaged bytes may break the zip or the pickle first
@@ -643,25 +406,8 @@ class CheckpointManager:
 
     # ----- helpers ------------------------------------------------------------------------------
 
-    def _topology(self, group: Any) -> _Topology:
-        if self._world_size is None:
-            dist = _initialized_dist()
-            if dist is not None:
-                return _Topology(dist.get_rank(group), dist.get_world_size(group), True, group)
-        world_size = self._world_size or int(os.environ.get("WORLD_SIZE") or 1)
-        rank = self._rank if self._rank is not None else int(os.environ.get("RANK") or 0)
-        if world_size == 1:
-            rank = 0
-        return _Topology(rank, world_size, False)
-
-    def _step_dirs(self) -> list[tuple[int, Path]]:
-        """Committed checkpoint directories, newest first."""
-        try:
-            entries = list(self.root.iterdir())
-        except FileNotFoundError:
-            return []
-        found = [(int(m.group(1)), e) for e in entries if (m := _STEP_DIR.match(e.name)) and e.is_dir()]
-        return sorted(found, reverse=True)
+    def _topology(self, group: Any) -> Topology:
+        return topology_for(self._rank, self._world_size, group)
 
     def _copy_to_host(self, state: Any, *, pin_memory: bool) -> Any:
         """A deep copy of `state` whose tensors live in host memory, reusing earlier buffers."""
@@ -707,70 +453,6 @@ class CheckpointManager:
         return host_state
 
 
-def verify_checkpoint(path: Path, mode: Verify = "full") -> tuple[Checkpoint | None, str]:
-    """Check one checkpoint directory; returns (checkpoint, "") or (None, what is wrong)."""
-    match = _STEP_DIR.match(path.name)
-    try:
-        manifest = json.loads((path / MANIFEST).read_bytes())
-    except FileNotFoundError:
-        return None, "no manifest (an incomplete or foreign directory)"
-    except (OSError, ValueError) as exc:
-        return None, f"unreadable manifest: {exc}"
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        return None, "manifest is not a clusterkit checkpoint manifest"
-    if manifest.get("version") != FORMAT_VERSION:
-        return None, f"unsupported manifest version {manifest.get('version')}"
-    if manifest.get("digest_algorithm") not in ALGORITHMS:
-        return None, (f"unknown digest algorithm {manifest.get('digest_algorithm')!r} "
-                      f"(this clusterkit reads {', '.join(ALGORITHMS)})")
-    if match is None or manifest.get("step") != int(match.group(1)):
-        return None, f"manifest step {manifest.get('step')} does not match the directory name"
-    files = manifest.get("files") or {}
-    for name, entry in files.items():
-        try:
-            size = (path / name).stat().st_size
-        except FileNotFoundError:
-            return None, f"{name} is missing"
-        if size != entry["size"]:
-            return None, f"{name} is {size} bytes, the manifest says {entry['size']}"
-    checkpoint = Checkpoint(step=manifest["step"], path=path, manifest=manifest)
-    if mode == "full":
-        try:
-            _verify_files(checkpoint, list(files))
-        except DamagedCheckpoint as damaged:
-            return None, damaged.message
-    return checkpoint, ""
-
-
-def _identity(path: Path, files: dict[str, Any]) -> tuple[Any, ...] | None:
-    """What stands for a checkpoint whose bytes were checked: its files' inodes, sizes and modification
-    and change times (any write, truncation or replacement changes one), or None if one is missing."""
-    try:
-        return (path.name, *((name, *_stat_identity(path / name)) for name in (MANIFEST, *sorted(files))))
-    except OSError:
-        return None
-
-
-def _stat_identity(path: Path) -> tuple[int, int, int, int]:
-    found = path.stat()
-    return found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns
-
-
-def _algorithm_of(manifest: dict[str, Any]) -> ChecksumAlgorithm:
-    return ALGORITHMS[manifest["digest_algorithm"]]
-
-
-def _verify_files(checkpoint: Checkpoint, names: list[str], pool: ThreadPoolExecutor | None = None) -> None:
-    """Re-read the named files of `checkpoint` and compare digests; DamagedCheckpoint if one differs."""
-    try:
-        digests = _digest_files(checkpoint.path, names, _algorithm_of(checkpoint.manifest), pool)
-    except OSError as exc:
-        raise DamagedCheckpoint(f"{checkpoint.path} cannot be read: {exc}") from exc
-    for name in names:
-        if digests[name]["digest"] != checkpoint.manifest["files"][name]["digest"]:
-            raise DamagedCheckpoint(f"{name} does not match its checksum")
-
-
 # ----- writing files ----------------------------------------------------------------------------
 
 
@@ -814,13 +496,6 @@ def _in_host_memory(state: Any) -> bool:
     return True
 
 
-def _hash_pool(*, background: bool = False) -> ThreadPoolExecutor:
-    """Threads that hash large spans: as many as the cores; background saves get half, niced."""
-    if background:
-        return shared_executor("background-hash", max(1, hash_threads() // 2), low_priority=True)
-    return shared_executor("hash", hash_threads())
-
-
 _crc32 = {"lock": threading.Lock(), "users": 0, "before": True}
 
 
@@ -842,108 +517,6 @@ def _torch_crc32_off() -> Iterator[None]:
             _crc32["users"] -= 1
             if _crc32["users"] == 0:
                 torch.serialization.set_crc32_options(_crc32["before"])
-
-
-def _digest_files(directory: Path, names: list[str], algorithm: ChecksumAlgorithm,
-                  pool: ThreadPoolExecutor | None = None) -> dict[str, dict[str, Any]]:
-    """Size and digest of each named file, its pieces read on several threads (`pool`, default the
-    foreground hashing threads)."""
-    result: dict[str, dict[str, Any]] = {}
-    for name in names:
-        size, digest = digest_file(directory / name, algorithm, pool or _hash_pool())
-        result[name] = {"size": size, "digest": digest}
-    return result
-
-
-def _checkpoint_files(directory: Path) -> list[str]:
-    """Relative paths of the files a checkpoint consists of (markers and temporaries excluded)."""
-    return [
-        str(path.relative_to(directory))
-        for path in directory.rglob("*")
-        if path.is_file() and not _NOT_CHECKPOINT_FILES.search(path.name)
-    ]
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _replace_durably(path: Path, data: bytes) -> None:
-    """Write-then-rename, so readers see the old or the new content, never a mix."""
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        _write_durably(temporary, data)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-
-
-def _discard(checkpoint_dir: Path) -> None:
-    """Take a checkpoint out of sight atomically, then delete it: a crash halfway through a
-    deletion must not leave a half-deleted directory under a committed name."""
-    hidden = checkpoint_dir.with_name(f"{_DISCARDED}{checkpoint_dir.name}-{secrets.token_hex(4)}")
-    os.rename(checkpoint_dir, hidden)
-    shutil.rmtree(hidden, ignore_errors=True)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _describe(error: BaseException | None, step: int, root: Path) -> str | None:
-    if error is None:
-        return None
-    if isinstance(error, OSError):
-        return _write_error(error, step, root).message
-    return f"{type(error).__name__}: {error}"
-
-
-def _write_error(error: OSError, step: int, root: Path) -> ClusterkitError:
-    try:
-        free = f"{shutil.disk_usage(root).free / 2**20:.1f} MiB free"
-    except OSError:
-        free = "free space unknown"
-    if error.errno == errno.ENOSPC:
-        return ClusterkitError(
-            f"no space left on the device holding {root} while saving checkpoint step {step} "
-            f"({free}); the partial checkpoint was removed, earlier ones are intact",
-            fix="free space there, lower keep=, or put checkpoints on a larger file system",
-        )
-    return ClusterkitError(
-        f"could not write checkpoint step {step} under {root}: {error.strerror or error} ({free})",
-        fix="check that the directory is writable and its file system healthy",
-    )
-
-
-def _initialized_dist() -> Any:
-    """`torch.distributed` when a process group is initialised, else None."""
-    import torch.distributed as dist
-
-    return dist if dist.is_available() and dist.is_initialized() else None
-
-
-def _step_dir_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-def _shard_name(rank: int) -> str:
-    return f"rank-{rank:05d}.pt"
-
-
-def _marker_name(rank: int) -> str:
-    return f"rank-{rank:05d}.done.json"
 
 
 __all__ = ["Checkpoint", "CheckpointManager", "DamagedCheckpoint", "Verify", "verify_checkpoint"]

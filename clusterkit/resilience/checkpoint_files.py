@@ -30,7 +30,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from clusterkit.resilience.checksums import ChecksumAlgorithm, ReadVerifier, StreamDigest
+from clusterkit.resilience.checksums import ChecksumAlgorithm, ReadVerifier, StreamDigest, hash_threads
 
 STAGING_BYTES = 4 << 20
 DIRECT_BYTES = 64 << 10  # writes this large skip the staging buffer
@@ -123,6 +123,13 @@ def shared_executor(name: str, threads: int, *, low_priority: bool = False) -> T
             _shared[name] = ThreadPoolExecutor(threads, thread_name_prefix=f"clusterkit-{name}",
                                                initializer=lower_priority if low_priority else None)
         return _shared[name]
+
+
+def hash_pool(*, background: bool = False) -> ThreadPoolExecutor:
+    """Threads that hash large spans: as many as the cores; background saves get half, niced."""
+    if background:
+        return shared_executor("background-hash", max(1, hash_threads() // 2), low_priority=True)
+    return shared_executor("hash", hash_threads())
 
 
 def lower_priority() -> None:

@@ -36,6 +36,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from clusterkit.resilience.checkpoint_files import ChecksummedFile
+from clusterkit.resilience.checkpoint_manifest import FileEntries
 from clusterkit.resilience.checksums import ChecksumAlgorithm
 
 _Layout = tuple[bytes, bytes]  # torch.save's bytes before and after the tensor's bytes
@@ -60,7 +61,7 @@ class _Stream:
 
 
 class _ChecksummingFileSystem(FileSystem):
-    def __init__(self, directory: Path, algorithm: ChecksumAlgorithm, files: dict[str, dict[str, Any]],
+    def __init__(self, directory: Path, algorithm: ChecksumAlgorithm, files: FileEntries,
                  pool: Executor) -> None:
         self._directory = directory
         self._algorithm = algorithm
@@ -106,7 +107,7 @@ class _ChecksummingFileSystem(FileSystem):
 class ChecksummingWriter(FileSystemWriter):
     """DCP's FileSystemWriter into `directory`, recording each file's size and digest in `files`."""
 
-    def __init__(self, directory: Path, algorithm: ChecksumAlgorithm, files: dict[str, dict[str, Any]],
+    def __init__(self, directory: Path, algorithm: ChecksumAlgorithm, files: FileEntries,
                  pool: Executor) -> None:
         # Our streams fsync in close(), after their last bytes; DCP's own fsync would come too early.
         super().__init__(directory, sync_files=False)

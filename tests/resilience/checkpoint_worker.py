@@ -27,16 +27,17 @@ from clusterkit.errors import ClusterkitError
 from clusterkit.resilience import checkpoint as checkpoint_module
 from clusterkit.resilience import checkpoint_files
 from clusterkit.resilience.checkpoint import CheckpointManager, verify_checkpoint
+from clusterkit.resilience.checkpoint_commit import CommitProtocol
 
 
 def announce_commits() -> None:
-    commit = CheckpointManager._commit
+    commit = CommitProtocol._commit
 
     def announced(self, *args, **kwargs):
         print("COMMIT", flush=True)
         return commit(self, *args, **kwargs)
 
-    CheckpointManager._commit = announced
+    CommitProtocol._commit = announced
 
 
 def die_halfway_through_the_shard() -> None:

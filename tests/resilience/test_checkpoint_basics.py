@@ -12,8 +12,7 @@ import torch
 from tests.resilience.resilience_helpers import assert_state_is, flip_byte, state_for
 
 from clusterkit.errors import ClusterkitError, NotFound
-from clusterkit.resilience import checkpoint as checkpoint_module
-from clusterkit.resilience import checkpoint_files, checksums
+from clusterkit.resilience import checkpoint_files, checksums, retention
 from clusterkit.resilience.checkpoint import CheckpointManager, verify_checkpoint
 
 
@@ -85,14 +84,14 @@ def test_old_checkpoints_are_deleted_after_the_commit_off_the_save_path(tmp_path
     manager = CheckpointManager(tmp_path, keep=1)
     manager.save(1, state_for(1))
     deleting, release = threading.Event(), threading.Event()
-    discard = checkpoint_module._discard
+    discard = retention.discard
 
     def slow_discard(path: Path) -> None:
         deleting.set()
         assert release.wait(timeout=30)
         discard(path)
 
-    monkeypatch.setattr(checkpoint_module, "_discard", slow_discard)
+    monkeypatch.setattr(retention, "discard", slow_discard)
     committed = manager.save(2, state_for(2))  # returns while step 1's deletion is still waiting
     assert committed.step == 2 and deleting.wait(timeout=30)
     assert step_dirs(tmp_path) == ["step-00000001", "step-00000002"]
@@ -137,13 +136,13 @@ def test_a_damaged_checkpoint_of_the_right_size_is_not_one_of_the_kept(tmp_path:
 def test_retention_reads_back_what_it_did_not_commit_or_what_changed_once(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     read_back = []
-    verify_files = checkpoint_module._verify_files
+    verify_files = retention.verify_files
 
     def noting(checkpoint, names, pool=None):
         read_back.append(checkpoint.step)
         verify_files(checkpoint, names, pool)
 
-    monkeypatch.setattr(checkpoint_module, "_verify_files", noting)
+    monkeypatch.setattr(retention, "verify_files", noting)
     manager = CheckpointManager(tmp_path, keep=2)
     for step in range(1, 6):
         manager.save(step, state_for(step, floats=10))
@@ -309,14 +308,14 @@ def test_pending_block_that_raises_commits_nothing(tmp_path: Path) -> None:
 def test_a_save_writes_while_the_previous_checkpoint_is_read_back(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     reading, release = threading.Event(), threading.Event()
-    verify_files = checkpoint_module._verify_files
+    verify_files = retention.verify_files
 
     def slow_read_back(checkpoint, names, pool=None):
         reading.set()
         assert release.wait(timeout=30)
         verify_files(checkpoint, names, pool)
 
-    monkeypatch.setattr(checkpoint_module, "_verify_files", slow_read_back)
+    monkeypatch.setattr(retention, "verify_files", slow_read_back)
     earlier = CheckpointManager(tmp_path, keep=2)
     earlier.save(1, state_for(1))
     earlier.close()

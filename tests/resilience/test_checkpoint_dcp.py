@@ -10,8 +10,8 @@ import torch
 from tests.resilience.resilience_helpers import flip_byte
 from torch.distributed.checkpoint import FileSystemReader
 
-from clusterkit.resilience import checkpoint as checkpoint_module
-from clusterkit.resilience.checkpoint import CheckpointManager, verify_checkpoint
+from clusterkit.resilience import checkpoint_commit
+from clusterkit.resilience.checkpoint import CheckpointManager, DamagedCheckpoint, verify_checkpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
@@ -85,17 +85,17 @@ def test_dcp_reads_back_every_kind_of_tensor(tmp_path: Path) -> None:
 
 def test_files_are_checksummed_while_written_not_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     read_back: list[str] = []
-    digest_files = checkpoint_module._digest_files
+    digest_files = checkpoint_commit.digest_files
 
     def noting(directory, names, algorithm):
         read_back.extend(names)
         return digest_files(directory, names, algorithm)
 
-    monkeypatch.setattr(checkpoint_module, "_digest_files", noting)
+    monkeypatch.setattr(checkpoint_commit, "digest_files", noting)
     committed = CheckpointManager(tmp_path).save_dcp(1, varied_state())
     assert read_back == []
     assert sorted(committed.manifest["files"]) == [".metadata", "__0_0.distcp"]
-    monkeypatch.setattr(checkpoint_module, "_digest_files", digest_files)
+    monkeypatch.setattr(checkpoint_commit, "digest_files", digest_files)
     assert verify_checkpoint(committed.path, "full")[0] == committed  # the recorded digests are right
 
 
@@ -108,5 +108,5 @@ def test_a_flipped_byte_in_a_dcp_checkpoint_is_caught_before_dcp_reads_it(tmp_pa
     target = {"w": torch.zeros(1000)}
     assert manager.load_dcp(target).step == 1
     assert torch.equal(target["w"], torch.ones(1000))
-    with pytest.raises(checkpoint_module.DamagedCheckpoint):
+    with pytest.raises(DamagedCheckpoint):
         manager.load_dcp(target, manager.latest())
