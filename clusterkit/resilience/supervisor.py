@@ -50,6 +50,7 @@ from pathlib import Path
 from clusterkit import runtime
 from clusterkit.errors import ClusterkitError
 from clusterkit.resilience import decisions
+from clusterkit.resilience.checkpoint_layout import step_dirs
 from clusterkit.resilience.decisions import Action, Bound, Decision, Health, Kind, NodeEvidence, Outcome
 from clusterkit.resilience.heartbeat import every_rank_done, read_heartbeats
 from clusterkit.resilience.run_state import Budget, RunState
@@ -465,12 +466,11 @@ def _output_since(start: int | None) -> str:
 
 
 def _newest_checkpoint(directory: Path) -> Path | None:
-    """The newest committed checkpoint (`step-*`) under `directory`, None without one."""
+    """The newest committed checkpoint under `directory`, None without one (or when it cannot be read)."""
     try:
-        steps = [p for p in directory.iterdir() if p.name.startswith("step-") and p.is_dir()]
+        return next((path for _, path in step_dirs(directory)), None)
     except OSError:
         return None
-    return max(steps, key=lambda p: (len(p.name), p.name), default=None)  # step numbers may outgrow 8 digits
 
 
 def _newest_checkpoint_bytes(directory: Path) -> int:

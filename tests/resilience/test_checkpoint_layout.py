@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.fakes import ScriptedSlurm
 from tests.resilience.resilience_helpers import assert_state_is, state_for
 
 from clusterkit.resilience.checkpoint import CheckpointManager
@@ -15,6 +16,7 @@ from clusterkit.resilience.checkpoint_layout import (
     step_dirs,
     step_of,
 )
+from clusterkit.resilience.supervisor import Supervisor
 
 
 @pytest.mark.parametrize("step", [0, 7, 99_999_999, 100_000_000, 123_456_789_012])
@@ -53,3 +55,16 @@ def test_checkpoints_past_8_digits_are_found_kept_and_resumed_in_step_order(tmp_
     checkpoint, state = manager.resume()
     assert checkpoint.step == 100_000_000
     assert_state_is(state, 100_000_000)
+
+
+def test_the_supervisor_names_only_a_committed_checkpoint_as_what_a_stopped_step_saved(tmp_path: Path) -> None:
+    checkpoints = tmp_path / "run"
+    (checkpoints / step_dir_name(99_999_999)).mkdir(parents=True)
+    supervisor = Supervisor(["true"], tmp_path / "state", 3, 1, hang_timeout=600, health_timeout=10, precheck=False,
+                            slurm=ScriptedSlurm(), checkpoint_dir=checkpoints)
+    before = checkpoints / step_dir_name(99_999_999)
+    (checkpoints / "step-100000001.partial").mkdir()  # not a checkpoint: another tool's, or a copy's
+    assert supervisor.saved_on_stop(before, 1) == (
+        "the step exited 1 with no new checkpoint; the next attempt repeats the steps since step-99999999")
+    (checkpoints / step_dir_name(100_000_000)).mkdir()
+    assert supervisor.saved_on_stop(before, 0) == "the step saved step-100000000 (exit 0)"
