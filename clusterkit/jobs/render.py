@@ -21,10 +21,10 @@ from markupsafe import Markup
 
 from clusterkit import runtime
 from clusterkit.errors import ClusterkitError
-from clusterkit.findings import errors
+from clusterkit.findings import CONTROL_RE, errors
 from clusterkit.jobs.environment import job_environment
 from clusterkit.jobs.spec import JobSpec, Mount, parse_warning
-from clusterkit.jobs.validators import ECR_IMAGE_RE, LINE_BREAK_RE, SBATCH_OPTION_RE, validate_job
+from clusterkit.jobs.validators import ECR_IMAGE_RE, SBATCH_OPTION_RE, validate_job
 
 # Slurm variables a program inside a docker container may read (docker passes no environment by itself).
 DOCKER_SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST", "SLURM_NODEID",
@@ -69,8 +69,8 @@ def shwords(values: Iterable[object]) -> ShellText:
 def comment(value: object) -> ShellText:
     """Text for a `#` comment: one line, else the rest of it would run as a command."""
     text = str(value)
-    if LINE_BREAK_RE.search(text):
-        raise UnquotedValue(f"a line break in comment text {text[:40]!r}", fix="report this bug")
+    if CONTROL_RE.search(text):
+        raise UnquotedValue(f"a control character in comment text {text[:40]!r}", fix="report this bug")
     return ShellText(text)
 
 
@@ -79,11 +79,11 @@ def sbatch_escape(value: object) -> ShellText:
 
     A backslash makes sbatch take the next character literally, but does not keep a space inside
     the word; double quotes do (and Slurm versions differ on '#' inside quotes, hence the escapes).
-    A line break would end the directive: refused (the rules refuse it in every such field first).
+    A control character (a line break ends the directive) is refused (the rules refuse it in every such field first).
     """
     text = str(value)
-    if LINE_BREAK_RE.search(text):
-        raise UnquotedValue(f"a line break in #SBATCH value {text[:40]!r}", fix="report this bug")
+    if CONTROL_RE.search(text):
+        raise UnquotedValue(f"a control character in #SBATCH value {text[:40]!r}", fix="report this bug")
     escaped = _SBATCH_SPECIAL.sub(r"\\\1", text)
     return ShellText(f'"{escaped}"' if re.search(r"\s", text) else escaped)
 

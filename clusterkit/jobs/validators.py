@@ -82,8 +82,6 @@ IMAGE_HINTS = {
     "pyxis": "write /fsx/images/NAME.sqsh, or an enroot reference such as nvcr.io#nvidia/pytorch:24.01-py3",
     "apptainer": "write a path such as /fsx/images/train.sif, or a URI such as docker://registry.example.com/train:1",
 }
-LINE_BREAK_RE = CONTROL_RE  # the renderer's name for the one set (findings.CONTROL_RE)
-
 NAME_MAX = 255  # bytes in one path component (and Slurm's job names end up in file names via %x)
 PATH_MAX = 4096
 # The kernel refuses one argument or environment string of 32 pages or more (MAX_ARG_STRLEN), and a
