@@ -45,7 +45,7 @@ from clusterkit.resilience.checkpoint_files import (
     hash_pool,
     lower_priority,
 )
-from clusterkit.resilience.checkpoint_layout import shard_name, step_dirs
+from clusterkit.resilience.checkpoint_layout import shard_name, step_dirs, step_number
 from clusterkit.resilience.checkpoint_manifest import (
     Checkpoint,
     DamagedCheckpoint,
@@ -137,6 +137,7 @@ class CheckpointManager:
         Returns the committed checkpoint on the rank that committed it, and on every rank when
         collectives coordinate the save; None on ranks that only contributed a shard.
         """
+        step = step_number(step)
         self.wait()
         return self._save_torch(step, state, self._process_group, background=False)
 
@@ -155,6 +156,7 @@ class CheckpointManager:
         in the background, on threads at a lower CPU priority than the caller. Either way, host
         memory the size of this rank's state stays reserved for the next save until `close()`.
         """
+        step = step_number(step)
         self.wait()
         group = self._process_group
         if group is None and self._world_size is None and initialized_dist() is not None:
@@ -340,6 +342,7 @@ class CheckpointManager:
     @contextmanager
     def _pending(self, step: int, kind: str) -> Iterator[tuple[Path, FileEntries]]:
         """A pending directory, and a dict for the block to record files it digested itself."""
+        step = step_number(step)
         self.wait()
         topology = self._topology(self._process_group)
         directory = self._protocol.open_pending(step, topology)

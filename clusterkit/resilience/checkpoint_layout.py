@@ -14,8 +14,12 @@ the supervisor all use them from here.
 
 from __future__ import annotations
 
+import operator
 import re
+import reprlib
 from pathlib import Path
+
+from clusterkit.errors import ClusterkitError
 
 MANIFEST = "manifest.json"
 LATEST_POINTER = "latest"
@@ -24,6 +28,22 @@ DISCARDED_PREFIX = ".discarded-"
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _PENDING_DIR = re.compile(r"^\.pending-step-(\d{8,})-")
 _NOT_CHECKPOINT_FILES = re.compile(r"^(manifest\.json|rank-\d{5,}\.done\.json)$|\.tmp$")
+
+
+def step_number(step: object) -> int:
+    """`step` as the int a checkpoint is named by: an int 0 or more, or an integer that says it is one (numpy's,
+    a 0-d integer tensor). Anything else is refused before a save writes a byte: a negative step would be
+    committed under a name no scan finds, a bool or a float has no place in the manifest."""
+    try:
+        number = None if isinstance(step, bool) else operator.index(step)
+    except TypeError:
+        number = None
+    if number is None or number < 0:
+        raise ClusterkitError(
+            f"checkpoint step must be a whole number 0 or more, got {reprlib.repr(step)} ({type(step).__name__})",
+            fix="pass the training step counter, an int (e.g. save(int(step), state))",
+        )
+    return number
 
 
 def step_dir_name(step: int) -> str:

@@ -1,13 +1,18 @@
-"""The names under a checkpoint root: made and read in one place, ordered by step number past 8 digits."""
+"""The names under a checkpoint root: made and read in one place, ordered by step number past 8 digits, and
+only for steps that can name a checkpoint."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from tests.fakes import ScriptedSlurm
 from tests.resilience.resilience_helpers import assert_state_is, state_for
 
+from clusterkit.errors import ClusterkitError
 from clusterkit.resilience.checkpoint import CheckpointManager
 from clusterkit.resilience.checkpoint_layout import (
     pending_dir_name,
@@ -68,3 +73,38 @@ def test_the_supervisor_names_only_a_committed_checkpoint_as_what_a_stopped_step
         "the step exited 1 with no new checkpoint; the next attempt repeats the steps since step-99999999")
     (checkpoints / step_dir_name(100_000_000)).mkdir()
     assert supervisor.saved_on_stop(before, 0) == "the step saved step-100000000 (exit 0)"
+
+
+def save_in_pending(manager: CheckpointManager, step: object) -> None:
+    with manager.pending(step) as directory:
+        (directory / "part").write_bytes(b"x")
+
+
+SAVES = {
+    "save": lambda manager, step: manager.save(step, state_for(1)),
+    "save_async": lambda manager, step: manager.save_async(step, state_for(1)),
+    "save_dcp": lambda manager, step: manager.save_dcp(step, {"w": torch.ones(3)}),
+    "pending": save_in_pending,
+}
+
+
+@pytest.mark.parametrize("how", SAVES)
+@pytest.mark.parametrize("step", [-1, True, 1.5, "7", None, torch.tensor(2.0)], ids=repr)
+def test_a_step_that_names_no_checkpoint_is_refused_before_anything_is_written(tmp_path: Path, how: str,
+                                                                               step: object) -> None:
+    # -1 was committed as step--0000001, which latest() never finds and retention never removes; a tensor
+    # step failed at the commit and left its pending directory behind.
+    manager = CheckpointManager(tmp_path / "run")
+    with pytest.raises(ClusterkitError, match=r"checkpoint step must be a whole number 0 or more, got ") as raised:
+        SAVES[how](manager, step)
+    assert repr(step) in str(raised.value) and "save(int(step), state)" in str(raised.value)
+    manager.close()
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("step", [np.int64(5), torch.tensor(5)], ids=repr)
+def test_an_integer_step_of_numpy_or_torch_is_the_step_it_holds(tmp_path: Path, step: object) -> None:
+    committed = CheckpointManager(tmp_path).save(step, state_for(5))
+    assert committed.step == 5 and type(committed.step) is int
+    assert committed.path.name == "step-00000005"
+    assert json.loads((committed.path / "manifest.json").read_text())["step"] == 5
