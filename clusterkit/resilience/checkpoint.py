@@ -111,7 +111,7 @@ class CheckpointManager:
         self._background: ThreadPoolExecutor | None = None
         self._in_flight: Future[Checkpoint | None] | None = None
         self._async_group: Any = None
-        self._host_buffers: list[Any] = []
+        self._host_copies = _HostCopies()
         self._spool = SpoolBuffers()
         self._last_commit: Checkpoint | None = None
 
@@ -175,7 +175,7 @@ class CheckpointManager:
             else:
                 self._in_flight = self._background.submit(self._complete_torch_write, step, started)
         else:
-            host_state = self._copy_to_host(state, pin_memory=pin_memory)
+            host_state = self._host_copies.copy(state, pin_memory=pin_memory)
             self._in_flight = self._background.submit(self._save_torch, step, host_state, group, background=True)
 
     def wait(self) -> Checkpoint | None:
@@ -193,7 +193,7 @@ class CheckpointManager:
                 self._background.shutdown()
                 self._background = None
             self._spool.release()
-            self._host_buffers = []
+            self._host_copies.release()
 
     def save_dcp(self, step: int, state_dict: dict[str, Any]) -> Checkpoint | None:
         """Save with `torch.distributed.checkpoint` into a pending directory, then commit.
@@ -412,17 +412,24 @@ class CheckpointManager:
     def _topology(self, group: Any) -> Topology:
         return topology_for(self._rank, self._world_size, group)
 
-    def _copy_to_host(self, state: Any, *, pin_memory: bool) -> Any:
-        """A deep copy of `state` whose tensors live in host memory, reusing earlier buffers."""
+
+class _HostCopies:
+    """Copies of state in host memory for background saves, in buffers kept from one copy to the next."""
+
+    def __init__(self) -> None:
+        self._buffers: list[Any] = []
+
+    def copy(self, state: Any, *, pin_memory: bool) -> Any:
+        """A deep copy of `state` whose tensors live in host memory, reusing the previous copy's buffers."""
         import torch
 
-        previous, self._host_buffers = self._host_buffers, []
+        previous, self._buffers = self._buffers, []
         by_identity: dict[int, Any] = {}  # tied weights stay one tensor
         needs_sync = False
 
         def to_host(tensor: torch.Tensor) -> torch.Tensor:
             nonlocal needs_sync
-            index = len(self._host_buffers)
+            index = len(self._buffers)
             reusable = previous[index] if index < len(previous) else None
             if reusable is None or reusable.shape != tensor.shape or reusable.dtype != tensor.dtype:
                 pin = pin_memory and tensor.device.type != "cpu"
@@ -430,7 +437,7 @@ class CheckpointManager:
             non_blocking = reusable.is_pinned() and tensor.device.type != "cpu"
             reusable.copy_(tensor.detach(), non_blocking=non_blocking)
             needs_sync = needs_sync or non_blocking
-            self._host_buffers.append(reusable)
+            self._buffers.append(reusable)
             return reusable
 
         def walk(node: Any) -> Any:
@@ -454,6 +461,10 @@ class CheckpointManager:
         if needs_sync:
             torch.cuda.synchronize()
         return host_state
+
+    def release(self) -> None:
+        """Let the buffers go; the next copy allocates its own."""
+        self._buffers = []
 
 
 # ----- writing files ----------------------------------------------------------------------------

@@ -167,11 +167,11 @@ def test_host_copy_keeps_container_types_and_reuses_buffers(tmp_path: Path) -> N
     manager = CheckpointManager(tmp_path)
     state = OrderedDict(pair=Pair(torch.ones(2), [torch.zeros(3), 5]), name="run")
 
-    first = manager._copy_to_host(state, pin_memory=False)
+    first = manager._host_copies.copy(state, pin_memory=False)
     assert isinstance(first, OrderedDict) and isinstance(first["pair"], Pair)
     assert first["pair"].left is not state["pair"].left
     assert torch.equal(first["pair"].left, torch.ones(2)) and first["pair"].right[1] == 5
-    second = manager._copy_to_host(state, pin_memory=False)
+    second = manager._host_copies.copy(state, pin_memory=False)
     assert second["pair"].left.data_ptr() == first["pair"].left.data_ptr()
 
 
