@@ -25,7 +25,7 @@ from typing import Any
 
 from clusterkit import runtime
 from clusterkit.errors import ClusterkitError
-from clusterkit.findings import Finding, Level, errors, has_errors
+from clusterkit.findings import Finding, error, errors, has_errors, info, warning
 from clusterkit.jobs import records
 from clusterkit.jobs.spec import JobSpec
 from clusterkit.jobs.validators import validate_job
@@ -194,8 +194,8 @@ def _slurm_of(cluster: Cluster, need_cluster: bool, findings: list[Finding]) -> 
 
 
 def _note_no_cluster(findings: list[Finding], error: ClusterkitError, name: str | None) -> None:
-    findings.append(Finding(Level.INFO, "cluster", f"not submitted from here, so no preflight: {error.message}",
-                            fix=error.fix or "", value=name, rule="job.cluster"))
+    findings.append(info("cluster", f"not submitted from here, so no preflight: {error.message}",
+                         fix=error.fix or "", value=name, rule="job.cluster"))
 
 
 def _with_cluster_python(spec: JobSpec, cluster: Cluster) -> JobSpec:
@@ -218,14 +218,14 @@ def _with_cluster_instance(spec: JobSpec, cluster_name: str, cluster: Cluster, f
     if spec.instance is None:
         if len(set(types)) != 1:
             return spec
-        findings.append(Finding(Level.INFO, "instance", f"{types[0]}, the instance type of partition {partition!r} "
-                                f"of cluster {cluster_name!r}", value=types[0], rule="job.cluster-instance"))
+        findings.append(info("instance", f"{types[0]}, the instance type of partition {partition!r} of cluster "
+                             f"{cluster_name!r}", value=types[0], rule="job.cluster-instance"))
         return dataclasses.replace(spec, instance=types[0])
     if spec.instance not in types:
-        findings.append(Finding(Level.ERROR, "instance", f"partition {partition!r} of cluster {cluster_name!r} runs "
-                                f"{', '.join(sorted(set(types)))}, not {spec.instance}",
-                                fix="leave instance out to use the partition's, or choose the partition that runs it",
-                                value=spec.instance, rule="job.cluster-instance"))
+        findings.append(error("instance", f"partition {partition!r} of cluster {cluster_name!r} runs "
+                              f"{', '.join(sorted(set(types)))}, not {spec.instance}",
+                              fix="leave instance out to use the partition's, or choose the partition that runs it",
+                              value=spec.instance, rule="job.cluster-instance"))
     return spec
 
 
@@ -380,12 +380,12 @@ class _Collected:
         for why, fix in _REFUSALS.items():
             names = [name for name, reason in self.refused if reason == why]
             if names:
-                findings.append(Finding(Level.WARNING, "sync", f"not copied to the cluster, {why}: "
-                                        f"{_first_names(names)}", fix=fix, value=names[0], rule="job.sync-refused"))
+                findings.append(warning("sync", f"not copied to the cluster, {why}: {_first_names(names)}",
+                                        fix=fix, value=names[0], rule="job.sync-refused"))
         if self.full:
             largest = sorted(self.sizes, key=self.sizes.__getitem__, reverse=True)[:3]
-            findings.append(Finding(
-                Level.ERROR, "sync", f"the files to copy come to more than {_size_text(self.max_bytes)}, the most one "
+            findings.append(error(
+                "sync", f"the files to copy come to more than {_size_text(self.max_bytes)}, the most one "
                 f"submission copies (largest: {', '.join(f'{n} ({_size_text(self.sizes[n])})' for n in largest)})",
                 fix="name only the job's code with --sync PATH, and keep data on the cluster's storage",
                 value=str(self.source), rule="job.sync-size"))
@@ -435,7 +435,7 @@ def _take_named(found: _Collected, name: str, findings: list[Finding]) -> None:
     source = found.source
 
     def refuse(message: str, fix: str) -> None:
-        findings.append(Finding(Level.ERROR, "sync", message, fix=fix, value=name, rule="job.sync"))
+        findings.append(error("sync", message, fix=fix, value=name, rule="job.sync"))
 
     if not name:
         refuse("an empty path names nothing to copy", f"name a file or directory under {source}, or . for all of it")
@@ -465,9 +465,8 @@ def _take_tracked(found: _Collected, findings: list[Finding]) -> None:
     source = found.source
     listed = subprocess.run(["git", "-C", str(source), "ls-files", "-z", "--cached"], capture_output=True)
     if listed.returncode != 0:
-        findings.append(Finding(Level.WARNING, "sync", f"{source} is not in a git repository, so no file is copied "
-                                "to the cluster", fix="name the job's code with --sync PATH", value=str(source),
-                                rule="job.sync"))
+        findings.append(warning("sync", f"{source} is not in a git repository, so no file is copied to the cluster",
+                                fix="name the job's code with --sync PATH", value=str(source), rule="job.sync"))
         return
     for name in dict.fromkeys(listed.stdout.decode(errors="surrogateescape").split("\0")):
         if not name or found.full:
@@ -481,6 +480,6 @@ def _take_tracked(found: _Collected, findings: list[Finding]) -> None:
     names = [name for name in untracked.stdout.decode(errors="surrogateescape").split("\0") if name]
     found.skipped += [(name, "untracked") for name in names]
     if names:
-        findings.append(Finding(Level.WARNING, "sync", f"{len(names)} untracked path(s) here are not copied to the "
-                                f"cluster: {_first_names(names)}", fix="git add what the job needs, or name it with "
+        findings.append(warning("sync", f"{len(names)} untracked path(s) here are not copied to the cluster: "
+                                f"{_first_names(names)}", fix="git add what the job needs, or name it with "
                                 "--sync PATH", value=names[0], rule="job.sync-untracked"))

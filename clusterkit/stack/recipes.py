@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import Any
 
 from clusterkit.catalog import InstanceType
 from clusterkit.errors import ClusterkitError
-from clusterkit.findings import Finding, Level
+from clusterkit.findings import Finding, error, errors, warning
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.versions import at_least, version_tuple
 
@@ -111,58 +112,58 @@ def check_recipe(options: RecipeOptions) -> list[Finding]:
     """Check choices and version combinations; errors name the flag, the value and a fix."""
     findings: list[Finding] = []
 
-    def error(name: str, message: str, fix: str, value: object = None) -> None:
-        findings.append(Finding(Level.ERROR, flag(name), message, fix, value))
+    def refuse(name: str, message: str, fix: str, value: object = None) -> None:
+        findings.append(error(flag(name), message, fix, value))
 
-    def warning(name: str, message: str, fix: str, value: object = None) -> None:
-        findings.append(Finding(Level.WARNING, flag(name), message, fix, value))
+    def warn(name: str, message: str, fix: str, value: object = None) -> None:
+        findings.append(warning(flag(name), message, fix, value))
 
     if options.accelerator not in ACCELERATORS:
-        error("accelerator", f"must be one of {', '.join(ACCELERATORS)}, not {options.accelerator!r}",
-              "pass --accelerator gpu or --accelerator neuron", options.accelerator)
+        refuse("accelerator", f"must be one of {', '.join(ACCELERATORS)}, not {options.accelerator!r}",
+               "pass --accelerator gpu or --accelerator neuron", options.accelerator)
         return findings
     if options.base not in BASES:
-        error("base", f"must be one of {', '.join(BASES)}, not {options.base!r}",
-              "pass --base nvidia (CUDA devel image) or --base dlc (AWS Deep Learning Container)", options.base)
+        refuse("base", f"must be one of {', '.join(BASES)}, not {options.base!r}",
+               "pass --base nvidia (CUDA devel image) or --base dlc (AWS Deep Learning Container)", options.base)
     for name in _VERSION_FIELDS:
         value = getattr(options, name)
         if value is not None and not _VERSION_RE.match(value):
-            error(name, f"{value!r} is not a version", f"pass a version such as {flag(name)} 1.2.3", value)
+            refuse(name, f"{value!r} is not a version", f"pass a version such as {flag(name)} 1.2.3", value)
         if value is not None and value.lower() == "latest":
-            error(name, "'latest' is not a pinned version", "pass an exact version", value)
+            refuse(name, "'latest' is not a pinned version", "pass an exact version", value)
     wrong_side = _GPU_ONLY if options.accelerator == "neuron" else _NEURON_ONLY
     for name in wrong_side:
         if getattr(options, name) is not None:
-            error(name, f"does not apply to a {options.accelerator} image", f"remove {flag(name)}",
-                  getattr(options, name))
+            refuse(name, f"does not apply to a {options.accelerator} image", f"remove {flag(name)}",
+                   getattr(options, name))
     if options.accelerator == "neuron" and options.base == "dlc":
-        error("base", "the dlc base is offered for GPU images here", "use --base nvidia for Neuron images "
-              "(an Ubuntu base), or start FROM a Neuron DLC yourself", options.base)
+        refuse("base", "the dlc base is offered for GPU images here", "use --base nvidia for Neuron images "
+               "(an Ubuntu base), or start FROM a Neuron DLC yourself", options.base)
     if options.base == "dlc" and options.accelerator == "gpu":
         for name in _DLC_CARRIES:
             if getattr(options, name) is not None:
-                warning(name, "is ignored with --base dlc: the Deep Learning Container carries its own",
-                        f"remove {flag(name)}, or use --base nvidia to build that layer yourself",
-                        getattr(options, name))
+                warn(name, "is ignored with --base dlc: the Deep Learning Container carries its own",
+                     f"remove {flag(name)}, or use --base nvidia to build that layer yourself",
+                     getattr(options, name))
     if options.instance is not None:
-        _check_instance(options, error)
+        _check_instance(options, refuse)
     resolved = options.resolved()
     if options.accelerator == "gpu" and resolved.cuda and version_tuple(resolved.cuda) is not None:
         if len(version_tuple(resolved.cuda) or ()) < 2:
-            error("cuda", "needs at least MAJOR.MINOR", "pass e.g. --cuda 12.8.1", resolved.cuda)
+            refuse("cuda", "needs at least MAJOR.MINOR", "pass e.g. --cuda 12.8.1", resolved.cuda)
     return findings
 
 
-def _check_instance(options: RecipeOptions, error: Any) -> None:
+def _check_instance(options: RecipeOptions, refuse: Callable[[str, str, str, object], None]) -> None:
     facts = _instance_facts(options.instance or "")
     if facts is None:
-        error("instance", f"unknown instance type {options.instance!r}",
-              "pass an EC2 instance type such as p5.48xlarge, or a preset such as p5", options.instance)
+        refuse("instance", f"unknown instance type {options.instance!r}",
+               "pass an EC2 instance type such as p5.48xlarge, or a preset such as p5", options.instance)
         return
     if facts.accelerator != options.accelerator:
-        error("instance", f"{facts.name} has {facts.accelerator} accelerators, the recipe is for "
-              f"{options.accelerator}", f"pass --accelerator {facts.accelerator}"
-              if facts.accelerator in ACCELERATORS else "pick an accelerated instance type", options.instance)
+        refuse("instance", f"{facts.name} has {facts.accelerator} accelerators, the recipe is for "
+               f"{options.accelerator}", f"pass --accelerator {facts.accelerator}"
+               if facts.accelerator in ACCELERATORS else "pick an accelerated instance type", options.instance)
         return
     family = facts.name.split(".")[0]
     resolved = options.resolved()
@@ -171,8 +172,8 @@ def _check_instance(options: RecipeOptions, error: Any) -> None:
         if value is None:
             continue  # aws-ofi-nccl unset: the EFA installer's bundled copy, current for its version
         if not at_least(value, minimum):
-            error(name, f"{facts.name} needs {name.replace('_', '-')} >= {minimum}, got {value}",
-                  f"pass {flag(name)} {minimum} or newer", value)
+            refuse(name, f"{facts.name} needs {name.replace('_', '-')} >= {minimum}, got {value}",
+                   f"pass {flag(name)} {minimum} or newer", value)
 
 
 def _instance_facts(name: str) -> InstanceType | None:
@@ -183,10 +184,10 @@ def _instance_facts(name: str) -> InstanceType | None:
 
 def render_dockerfile(options: RecipeOptions) -> str:
     """The Dockerfile for `options`; raises ClusterkitError naming the first error found."""
-    errors = [f for f in check_recipe(options) if f.level is Level.ERROR]
-    if errors:
-        first = errors[0]
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    refused = errors(check_recipe(options))
+    if refused:
+        first = refused[0]
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
         raise ClusterkitError(f"{first.path}: {first.message}{more}", fix=first.fix)
     context = recipe_context(options)
     return _template_environment().get_template(f"{options.accelerator}.Dockerfile.j2").render(recipe=context)
