@@ -3,7 +3,8 @@
 The names a notebook needs, at the top:
 
     import clusterkit
-    cluster = clusterkit.connect("research", ssh="me@login.example.com")   # or open_cluster("dev")
+    cluster = clusterkit.connect("research", "me@login.example.com")       # or open_cluster("dev")
+    dev = clusterkit.create_cluster(clusterkit.ClusterRequest("dev", provider="local", nodes=2))
     job = clusterkit.submit("jobs/train.yaml", cluster="research")         # a spec file, dict or JobSpec
     job = clusterkit.submit_function(train, 200, cluster="research")       # a Python function
     jobs = clusterkit.map_array(evaluate, range(20), cluster="research")   # a sweep, one job array
@@ -28,7 +29,9 @@ _LAZY = {
     "job": "clusterkit.jobs.submit:job_handle",
     "plan_job": "clusterkit.jobs.plan:plan_job",
     "open_cluster": "clusterkit.providers:open_cluster",
-    "connect": "clusterkit.providers.ssh:connect_to",
+    "create_cluster": "clusterkit.providers:create_cluster",
+    "ClusterRequest": "clusterkit.providers.plan:ClusterRequest",
+    "connect": "clusterkit.providers.ssh:connect",
     "CheckpointManager": "clusterkit.resilience.checkpoint:CheckpointManager",
     "heartbeat": "clusterkit.resilience.heartbeat:heartbeat",
 }

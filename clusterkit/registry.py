@@ -1,7 +1,9 @@
 """Cluster records under $CLUSTERKIT_HOME (default ~/.clusterkit): the one way to find a cluster.
 
 A record is `clusters/NAME/cluster.json`: which provider made the cluster and what later commands
-need to talk to it (for a local cluster, its slurm.conf and the pids it started).
+need to talk to it (for a local cluster, its shape and the pids it started). The registry is the JSON
+boundary: it reads a record's `details` as JSON, and writes a provider's typed state (`SavedState`)
+through its `to_json()`; each provider reads its state back with its state type's `from_json`.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
-from dataclasses import asdict, field
+from dataclasses import field
 from pathlib import Path
-from typing import Any
+from typing import Generic, Protocol, TypeVar, Union
 
 from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
 from clusterkit.files import write_atomically
@@ -23,6 +25,10 @@ from clusterkit.pids import start_time
 RECORD_FILE = "cluster.json"
 CLAIM_FILE = ".claim"  # "PID START_TIME TOKEN" of the create that owns a directory without a record yet
 CLUSTER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$")
+
+# A JSON document as Python holds it: what is written to a record, a plan's --output json, a config.
+JsonValue = Union[str, int, float, bool, None, list["JsonValue"], dict[str, "JsonValue"]]
+JsonObject = dict[str, JsonValue]
 
 
 def clusterkit_home() -> Path:
@@ -46,22 +52,34 @@ def check_cluster_name(name: str) -> None:
         )
 
 
+class SavedState(Protocol):
+    """A provider's typed state of one cluster, as its record keeps it."""
+
+    def to_json(self) -> JsonObject: ...
+
+
+S = TypeVar("S", bound="SavedState | JsonObject")
+
+
 @lean_dataclass
-class ClusterRecord:
+class ClusterRecord(Generic[S]):
+    """One registered cluster: `details` is its provider's typed state, or that state's JSON as read."""
+
     name: str
-    provider: str  # "local" or "aws"
+    provider: str  # "local", "aws" or "ssh"
     created: str
-    details: dict[str, Any] = field(default_factory=dict)
+    details: S = field(default_factory=dict)  # type: ignore[assignment]
 
     @property
     def directory(self) -> Path:
         return cluster_dir(self.name)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> JsonObject:
+        details = self.details if isinstance(self.details, dict) else self.details.to_json()
+        return {"name": self.name, "provider": self.provider, "created": self.created, "details": details}
 
 
-def save(record: ClusterRecord) -> Path:
+def save(record: ClusterRecord[SavedState] | ClusterRecord[JsonObject]) -> Path:
     """Write the record atomically (a reader never sees half a file)."""
     import json  # lazy, here and in load: a dry run reads and writes no record
 
@@ -72,13 +90,17 @@ def save(record: ClusterRecord) -> Path:
     return path
 
 
-def load(name: str) -> ClusterRecord:
+def load(name: str) -> ClusterRecord[JsonObject]:
+    """The record as saved; `providers.open_cluster` reads its details into the provider's state type."""
     import json
 
     path = cluster_dir(name) / RECORD_FILE
     try:
         data = json.loads(path.read_text())
-        return ClusterRecord(**data)
+        record: ClusterRecord[JsonObject] = ClusterRecord(**data)
+        if not isinstance(record.details, dict):
+            raise ValueError("its details are not a JSON object")
+        return record
     except FileNotFoundError:
         raise NotFound(
             f"no cluster named {name!r} under {clusters_dir()}",
@@ -93,7 +115,7 @@ def exists(name: str) -> bool:
     return (cluster_dir(name) / RECORD_FILE).is_file()
 
 
-def all_records() -> list[ClusterRecord]:
+def all_records() -> list[ClusterRecord[JsonObject]]:
     root = clusters_dir()
     if not root.is_dir():
         return []

@@ -157,3 +157,10 @@ def test_the_in_job_runtime_loads_nothing_above_it(module: str) -> None:
 
 def test_the_checkpoint_library_loads_only_the_ground_floor() -> None:
     assert _units_loaded_by("clusterkit.resilience.checkpoint") - {"resilience"} <= LAYERS[0]
+
+
+def test_the_local_provider_loads_no_parallelcluster_rule_book() -> None:
+    # The neutral request and plan live in providers/; the local provider once loaded the AWS rules with them.
+    code = "import sys, clusterkit.providers.local.cluster; print('clusterkit.cluster.validators' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

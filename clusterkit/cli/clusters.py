@@ -9,15 +9,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from clusterkit.cli.output import JSON_ON_STDOUT, print_findings, print_json, print_table, progress, write_stdout
 from clusterkit.errors import ClusterkitError
 from clusterkit.files import STDOUT, check_outputs, write_user_files
 
 if TYPE_CHECKING:
-    from clusterkit.cluster.plan import ClusterPlan
-    from clusterkit.providers import ClusterInfo, DeletionPlan, Progress
+    from clusterkit.providers import ClusterInfo, ClusterPlan, DeletionPlan, Progress
+    from clusterkit.registry import JsonObject
+
+# create-cluster arguments beyond the request; which provider takes each is that provider's own declaration.
+PLAN_ARGUMENTS = ("output_config", "output_prerequisites", "account_dry_run")
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -118,8 +121,8 @@ def _say(args: argparse.Namespace) -> Progress:
 
 
 def create_cluster(args: argparse.Namespace) -> int:
-    from clusterkit.cluster.plan import ClusterRequest
-    from clusterkit.providers import provider_named
+    from clusterkit.providers import ClusterRequest, provider_named
+    from clusterkit.providers.plan import refuse_foreign_options
 
     request = ClusterRequest(
         name=args.name, provider=args.provider, preset=args.preset, spec_file=args.file, region=args.region,
@@ -127,15 +130,14 @@ def create_cluster(args: argparse.Namespace) -> int:
         custom_ami=args.custom_ami, identity_file=args.identity_file, nodes=args.nodes,
         cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node, ssh=args.ssh)
     provider = provider_named(request.provider_name)
-    if args.output_config is not None and request.provider_name != "aws":
-        raise ClusterkitError("--output-config writes a ParallelCluster config; a local cluster has none",
-                              fix="drop --output-config, or use --provider aws")
+    refuse_foreign_options(provider, (*request.given(), *(name for name in PLAN_ARGUMENTS
+                                                          if getattr(args, name) not in (None, False))))
     if args.output_prerequisites is not None and not (args.dry_run or args.account_dry_run):
         raise ClusterkitError("--output-prerequisites writes the template of a dry run",
                               fix="add --dry-run (offline) or --account-dry-run")
     if args.dry_run and args.account_dry_run:
         raise ClusterkitError("--dry-run stays offline; --account-dry-run asks the account", fix="choose one")
-    _check_outputs(args, request.provider_name)
+    _check_outputs(args)
     plan = provider.plan(request)
     if args.dry_run:
         return _print_plan(plan, args)
@@ -151,8 +153,8 @@ def create_cluster(args: argparse.Namespace) -> int:
     on_stdout = _write_outputs(_outputs(plan, args, with_template=False))
     if args.output == "table":
         print_findings([f for f in plan.findings if f.level.value != "info"], sys.stderr)
-        for key, value in plan.details.get("chosen", {}).items():
-            say(f"chose {key}: {value}")
+        for note in plan.details.notes():
+            say(note)
     cluster = provider.apply(plan, say)
     info = cluster.describe()
     seconds = round(time.monotonic() - started, 2)
@@ -164,12 +166,12 @@ def create_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_outputs(args: argparse.Namespace, provider: str) -> None:
+def _check_outputs(args: argparse.Namespace) -> None:
     """Before any work: the output paths neither overwrite the spec or key this command reads, nor each
     other; `-` is stdout where stdout is free."""
     if args.output == "json":
         busy = JSON_ON_STDOUT
-    elif (args.dry_run or args.account_dry_run) and provider == "aws" and args.output_config is None:
+    elif (args.dry_run or args.account_dry_run) and args.output_config is None:
         busy = "stdout carries the dry run's config, unless --output-config names a file"
     else:
         busy = None
@@ -180,10 +182,10 @@ def _check_outputs(args: argparse.Namespace, provider: str) -> None:
 def _outputs(plan: ClusterPlan, args: argparse.Namespace, *, with_template: bool) -> list[tuple[str, str]]:
     """(path, text) of each output the user named: the config and, from a dry run, the prerequisites template."""
     outputs = []
-    if args.output_config is not None and plan.config_text is not None:
-        outputs.append((args.output_config, plan.config_text))
+    if args.output_config is not None and plan.details.document is not None:
+        outputs.append((args.output_config, plan.details.document))
     if with_template and args.output_prerequisites is not None:
-        template = (plan.details.get("prerequisites") or {}).get("template")
+        template = plan.details.prerequisites_template
         if template is None:
             raise ClusterkitError("this cluster needs no prerequisites stack (its spec names its network and has no "
                                   "accounting database to create)", fix="drop --output-prerequisites")
@@ -215,17 +217,17 @@ def _print_plan(plan: ClusterPlan, args: argparse.Namespace) -> int:
         print("nothing would be created: fix the errors above", file=sys.stderr)
         return 1
     # What a dry run produces goes to stdout (a config can be piped); the rest to stderr, then.
-    if plan.config_text is not None and args.output_config is None:
-        write_stdout(plan.config_text)
+    document = plan.details.document
+    if document is not None and args.output_config is None:
+        write_stdout(document)
         on_stdout = True
     report = sys.stderr if on_stdout else sys.stdout
-    if plan.config_text is None:
-        print(f"# would create {plan.provider} cluster {plan.name!r}" +
-              (f" in {plan.details['directory']}" if "directory" in plan.details else ""), file=report)
+    if document is None:
+        print(f"# would create {plan.provider} cluster {plan.name!r} {plan.details.where}", file=report)
         for path, text in plan.files.items():
             print(f"\n# --- {path}\n{text}", end="", file=report)
     print_findings(plan.findings, report)
-    for line in plan.summary.lines() if plan.summary else []:
+    for line in plan.details.summary_lines():
         print(line, file=report)
     print("\n# what it would do:", file=report)
     for action in plan.actions:
@@ -234,7 +236,7 @@ def _print_plan(plan: ClusterPlan, args: argparse.Namespace) -> int:
         if path != STDOUT:
             print(f"wrote {path}", file=report)
     if args.account_dry_run:
-        print(f"account dry run: nothing was created in {plan.details.get('region')}", file=report)
+        print(f"account dry run: nothing was created {plan.details.where}", file=report)
     return 0
 
 
@@ -253,19 +255,18 @@ def _print_info(info: ClusterInfo) -> None:
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items())
         print(f"{key}: {value}")
-    if info.nodes:
-        headers = list(info.nodes[0])
-        print_table(headers, [[node.get(header) for header in headers] for node in info.nodes])
+    rows = info.node_rows()
+    if rows:
+        headers = list(rows[0])
+        print_table(headers, [[row[header] for header in headers] for row in rows])
 
 
 def connect_cluster(args: argparse.Namespace) -> int:
     from clusterkit.providers.ssh import connect
-    from clusterkit.transport import SshTarget
 
-    target = SshTarget.parse(args.ssh, port=args.port, identity_file=args.identity_file,
-                             known_hosts_file=args.known_hosts)
-    cluster = connect(args.name, target, runs_dir=args.runs_dir, python=args.python,
-                      accept_new_host_key=args.accept_new_host_key, progress=_say(args))
+    cluster = connect(args.name, args.ssh, port=args.port, identity_file=args.identity_file,
+                      known_hosts=args.known_hosts, accept_new_host_key=args.accept_new_host_key,
+                      runs_dir=args.runs_dir, python=args.python, progress=_say(args))
     info = cluster.describe()
     if args.output == "json":
         print_json(info.to_dict())
@@ -297,11 +298,12 @@ def list_clusters(args: argparse.Namespace) -> int:
         print("no clusters; create one with `clusterkit create-cluster --provider local --name NAME`")
     else:
         print_table(["name", "provider", "status", "nodes", "created"],
-                    [[c["name"], c["provider"], c["status"], len(c["nodes"]), c["created"]] for c in clusters])
+                    [[c["name"], c["provider"], c["status"], len(c["nodes"]), c["created"]]  # type: ignore[arg-type]
+                     for c in clusters])
     return 0
 
 
-def _describe_or_say_why(name: str, provider: str, created: str) -> dict[str, Any]:
+def _describe_or_say_why(name: str, provider: str, created: str) -> JsonObject:
     """One cluster that cannot be described (no credentials, say) must not hide the others."""
     from clusterkit.providers import open_cluster
 
@@ -318,12 +320,12 @@ def update_cluster(args: argparse.Namespace) -> int:
     started = time.monotonic()
     result = open_cluster(args.name).resize(args.queue, args.max_count, args.min_count, args.compute_resource,
                                             progress=_say(args))
-    result["seconds"] = round(time.monotonic() - started, 2)
+    seconds = round(time.monotonic() - started, 2)
     if args.output == "json":
-        print_json(result)
+        print_json({**result.to_dict(), "seconds": seconds})
     else:
-        sizes = ", ".join(f"{r['name']} {r['min_count']}-{r['max_count']}" for r in result["compute_resources"])
-        print(f"cluster {args.name!r}: queue {args.queue!r} is now {sizes} nodes ({result['seconds']} s)")
+        sizes = ", ".join(f"{r.name} {r.min_count}-{r.max_count}" for r in result.compute_resources)
+        print(f"cluster {args.name!r}: queue {args.queue!r} is now {sizes} nodes ({seconds} s)")
     return 0
 
 

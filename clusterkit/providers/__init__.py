@@ -1,9 +1,11 @@
 """Cluster providers: `local` (a real Slurm cluster on this machine) and `aws` (AWS ParallelCluster),
-behind one interface (`base.Provider`, `base.Cluster`); and `host`, the Slurm this machine is
-configured for (a ParallelCluster head node), which clusterkit uses but did not make.
+behind one interface (`base.Provider`, `base.Cluster`); `ssh`, an existing cluster reached over SSH; and
+`host`, the Slurm this machine is configured for (a ParallelCluster head node). The last two are one
+class, `existing.ExistingCluster`, given a transport: clusterkit uses them but did not make them.
 
-`provider_named` and `open_cluster` are the one way from a name to the object that manages it.
-Providers are imported when asked for, so importing this package stays cheap.
+`provider_named` and `open_cluster` are the one way from a name to the object that manages it;
+`create_cluster` the one way to make a cluster. Providers are imported when asked for, so importing this
+package stays cheap.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import TYPE_CHECKING
 
 from clusterkit import registry
 from clusterkit.errors import ClusterkitError
-from clusterkit.providers.base import Cluster, ClusterInfo, DeletionPlan, Progress, Provider, quiet
+from clusterkit.findings import Level
+from clusterkit.providers.base import Cluster, ClusterInfo, DeletionPlan, Progress, Provider, ResizeResult, quiet
+from clusterkit.providers.plan import ClusterPlan, ClusterRequest
 from clusterkit.runtime import CLUSTER_ENV
 
 if TYPE_CHECKING:  # loaded by the verbs that talk to Slurm, not by every one that names a cluster
@@ -39,17 +43,40 @@ def provider_named(name: str) -> Provider:
     return getattr(importlib.import_module(module), cls)()
 
 
+def create_cluster(request: ClusterRequest, progress: Progress = quiet) -> Cluster:
+    """Plan, prepare and apply: the one way to make a cluster, of the CLI and of notebooks and scripts."""
+    provider = provider_named(request.provider_name)
+    plan = _passed(provider.plan(request))
+    return provider.apply(_passed(provider.prepare(plan, progress)), progress)
+
+
+def _passed(plan: ClusterPlan) -> ClusterPlan:
+    if not plan.ok:
+        first = next((finding for finding in plan.findings if finding.level is Level.ERROR), None)
+        raise ClusterkitError(f"cluster {plan.name!r} was not created: {first or 'its plan is incomplete'}",
+                              fix="see every finding with `clusterkit create-cluster ... --dry-run`")
+    return plan
+
+
 def open_cluster(name: str) -> Cluster:
     """The cluster a name stands for: a registered one, else (for `host`) this machine's Slurm."""
     if name == HOST_CLUSTER and not registry.exists(name):
-        from clusterkit.providers.host import HostCluster
+        from clusterkit.providers.existing import ExistingCluster
 
-        return HostCluster()
+        return ExistingCluster.on_this_machine()
     record = registry.load(name)
     if record.provider not in PROVIDERS:
         raise ClusterkitError(f"cluster {name!r} uses provider {record.provider!r}, which this version cannot manage",
                               fix="upgrade clusterkit")
-    return provider_named(record.provider).open(record)
+    provider = provider_named(record.provider)
+    try:
+        typed = provider.read_state(record)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise ClusterkitError(f"the record of {record.provider} cluster {name!r} is damaged: "
+                              f"{type(error).__name__} {error}",
+                              fix=f"remove {registry.cluster_dir(name)} and create (or connect) the cluster again"
+                              ) from None
+    return provider.open(typed)
 
 
 def slurm_for(name: str) -> Slurm:
@@ -78,5 +105,6 @@ def resolve_cluster_name(name: str | None) -> str:
     raise ClusterkitError(f"several clusters exist ({', '.join(names)})", fix="name one with --cluster NAME")
 
 
-__all__ = ["HOST_CLUSTER", "Cluster", "ClusterInfo", "DeletionPlan", "Progress", "Provider", "open_cluster",
-           "provider_named", "quiet", "resolve_cluster_name", "slurm_for"]
+__all__ = ["HOST_CLUSTER", "Cluster", "ClusterInfo", "ClusterPlan", "ClusterRequest", "DeletionPlan", "Progress",
+           "Provider", "ResizeResult", "create_cluster", "open_cluster", "provider_named", "quiet",
+           "resolve_cluster_name", "slurm_for"]

@@ -1,24 +1,30 @@
 """What every provider and every cluster offers: the CLI and notebooks call only this.
 
     provider = provider_named("aws")
-    plan = provider.plan(ClusterRequest(name="train", preset="p4de"))   # offline, changes nothing
+    plan = provider.plan(ClusterRequest(name="train", preset="p4de"))   # offline: a ClusterPlan[AwsPlanDetails]
     plan = provider.prepare(plan)        # asks the world (AWS, this machine), changes nothing
     cluster = provider.apply(plan)       # the one step with effects; uses exactly what the plan holds
     cluster.describe(); cluster.resize(...); cluster.deletion(); cluster.delete()
+
+What crosses this interface is typed: a provider's plan details and saved state are its own dataclasses
+(`Provider[D, S]`), nodes are `NodeInfo` (Slurm's view) or `InstanceInfo` (EC2's), a resize returns a
+`ResizeResult`. JSON appears only at the edges: `to_dict()` for --output json, `to_json()` for records.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar, Union
 
 from clusterkit.lean_dataclass import lean_dataclass
+from clusterkit.registry import JsonObject
 
-if TYPE_CHECKING:
-    from clusterkit.cluster.plan import ClusterPlan, ClusterRequest
-    from clusterkit.registry import ClusterRecord
-    from clusterkit.slurm import Slurm
+if TYPE_CHECKING:  # slurm loads when a verb talks to Slurm, not with every verb that names a cluster
+    from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, PlanDetails
+    from clusterkit.registry import ClusterRecord, SavedState
+    from clusterkit.slurm import NodeInfo, Slurm
 
 Progress = Callable[[str], None]
 
@@ -39,26 +45,70 @@ class DeletionPlan:
     confirm: bool = False
     storage_deleted: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"name": self.name, "deletes": list(self.deletes), "keeps": list(self.keeps), "confirm": self.confirm,
                 "storage_deleted": list(self.storage_deleted)}
 
 
 @lean_dataclass(frozen=True)
+class InstanceInfo:
+    """One EC2 instance of a cluster, as its cloud sees it (`name` is the instance id)."""
+
+    name: str
+    node_type: str  # HeadNode or Compute
+    queue: str | None
+    instance_type: str
+    state: str
+    private_ip: str | None
+
+
+Node = Union["NodeInfo", InstanceInfo]  # a node as Slurm sees it, or as EC2 does
+
+
+def slurm_nodes(slurm: Slurm) -> tuple[NodeInfo, ...]:
+    """The nodes of a cluster whose controller answers, as Slurm describes them."""
+    return tuple(slurm.nodes())
+
+
+@lean_dataclass(frozen=True)
 class ClusterInfo:
-    """`describe()`: the same shape for every provider. `details` holds what only one provider has."""
+    """`describe()`: the same shape for every provider. `details` holds, for show and for --output json, what
+    only one provider has."""
 
     name: str
     provider: str
     status: str  # running, creating, updating, deleting, degraded, stopped, failed, gone, unknown
     created: str = ""
-    nodes: tuple[dict[str, Any], ...] = ()
-    details: dict[str, Any] = field(default_factory=dict)
+    nodes: tuple[Node, ...] = ()
+    details: JsonObject = field(default_factory=dict)
     where: str = ""  # how to reach it, in words: "in us-east-1; head node 10.0.0.10"
 
-    def to_dict(self) -> dict[str, Any]:
+    def node_rows(self) -> list[JsonObject]:
+        return [dataclasses.asdict(node) for node in self.nodes]
+
+    def to_dict(self) -> JsonObject:
         return {"name": self.name, "provider": self.provider, "status": self.status, "created": self.created,
-                **self.details, "nodes": [dict(node) for node in self.nodes]}
+                **self.details, "nodes": self.node_rows()}  # type: ignore[dict-item]
+
+
+@lean_dataclass(frozen=True)
+class ComputeResourceSize:
+    name: str
+    min_count: int
+    max_count: int
+
+
+@lean_dataclass(frozen=True)
+class ResizeResult:
+    """What `resize()` left: every compute resource of the resized queue and its bounds."""
+
+    name: str
+    queue: str
+    compute_resources: tuple[ComputeResourceSize, ...]
+
+    def to_dict(self) -> JsonObject:
+        return {"name": self.name, "queue": self.queue,
+                "compute_resources": [dataclasses.asdict(size) for size in self.compute_resources]}
 
 
 class Cluster(Protocol):
@@ -88,7 +138,7 @@ class Cluster(Protocol):
         ...
 
     def resize(self, queue: str, max_count: int, min_count: int | None = None, compute_resource: str | None = None,
-               progress: Progress = quiet) -> dict[str, Any]: ...
+               progress: Progress = quiet) -> ResizeResult: ...
 
     def deletion(self) -> DeletionPlan:
         """What `delete` would remove and keep (a dry run of it)."""
@@ -97,19 +147,30 @@ class Cluster(Protocol):
     def delete(self, progress: Progress = quiet) -> None: ...
 
 
-class Provider(Protocol):
-    name: str
+D = TypeVar("D", bound="PlanDetails")
+S = TypeVar("S", bound="SavedState")
 
-    def plan(self, request: ClusterRequest) -> ClusterPlan:
+
+class Provider(Protocol[D, S]):
+    """`D`: the provider's plan details; `S`: the state its records keep (read back with `read_state`)."""
+
+    name: str
+    options: tuple[Option, ...]  # the request fields and create-cluster flags it takes, declared once
+
+    def plan(self, request: ClusterRequest) -> ClusterPlan[D]:
         """Everything a create would write and do, from the request alone."""
         ...
 
-    def prepare(self, plan: ClusterPlan, progress: Progress = quiet) -> ClusterPlan:
+    def prepare(self, plan: ClusterPlan[D], progress: Progress = quiet) -> ClusterPlan[D]:
         """The plan checked against the world it will change (an account, this machine); changes nothing."""
         ...
 
-    def apply(self, plan: ClusterPlan, progress: Progress = quiet) -> Cluster:
+    def apply(self, plan: ClusterPlan[D], progress: Progress = quiet) -> Cluster:
         """Create the cluster the prepared plan describes."""
         ...
 
-    def open(self, record: ClusterRecord) -> Cluster: ...
+    def read_state(self, record: ClusterRecord[JsonObject]) -> ClusterRecord[S]:
+        """The record with its JSON read into this provider's state; a damaged one is a ClusterkitError."""
+        ...
+
+    def open(self, record: ClusterRecord[S]) -> Cluster: ...

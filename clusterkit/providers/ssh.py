@@ -1,90 +1,65 @@
-"""Any Slurm cluster reached over SSH: `clusterkit connect NAME --ssh [USER@]HOST`.
+"""Any Slurm cluster reached over SSH: `clusterkit connect NAME --ssh [USER@]HOST` (or `clusterkit.connect`).
 
-clusterkit did not make such a cluster, so it neither resizes nor deletes it: it runs Slurm's
-commands on its login node over SSH (see clusterkit.transport), and puts each job's files in a
-per-run directory under `runs_dir` there. Deleting the cluster in clusterkit forgets the connection.
+clusterkit did not make such a cluster (see clusterkit.providers.existing): it runs Slurm's commands on
+its login node over SSH and puts each job's files in a per-run directory under `runs_dir` there.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import shutil
-from typing import Any
 
 from clusterkit import registry
 from clusterkit.errors import ClusterkitError
-from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, quiet
+from clusterkit.providers.base import Progress, quiet
+from clusterkit.providers.existing import SSH, ExistingCluster, ExistingClusterState
+from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, PlanDetails
+from clusterkit.registry import ClusterRecord, JsonObject
 from clusterkit.slurm import Slurm, lines
 from clusterkit.transport import SshTarget, SshTransport, home
 
-PROVIDER = "ssh"
+PROVIDER = SSH
 KNOWN_HOSTS_FILE = "known_hosts"  # host keys first seen by `connect`, for this cluster only
 DEFAULT_RUNS_DIR = "clusterkit-runs"  # under the far side's home
 
 
 class SshProvider:
+    """Connects to existing clusters (`connect`); creates none."""
+
     name = PROVIDER
+    options: tuple[Option, ...] = ()
 
-    def plan(self, request: Any) -> Any:
-        raise ClusterkitError("clusterkit does not create clusters over SSH; it connects to existing ones",
-                              fix="use `clusterkit connect NAME --ssh [USER@]HOST`")
+    def plan(self, request: ClusterRequest) -> ClusterPlan[PlanDetails]:
+        raise _creates_none()
 
-    prepare = apply = plan
+    def prepare(self, plan: ClusterPlan[PlanDetails], progress: Progress = quiet) -> ClusterPlan[PlanDetails]:
+        raise _creates_none()
 
-    def open(self, record: registry.ClusterRecord) -> SshCluster:
-        return SshCluster(record)
+    def apply(self, plan: ClusterPlan[PlanDetails], progress: Progress = quiet) -> ExistingCluster:
+        raise _creates_none()
 
+    def read_state(self, record: ClusterRecord[JsonObject]) -> ClusterRecord[ExistingClusterState]:
+        state = ExistingClusterState.from_json(record.details)
+        if state.ssh is None or state.runs_dir is None:
+            raise KeyError("ssh" if state.ssh is None else "runs_dir")
+        return ClusterRecord(record.name, record.provider, record.created, state)
 
-class SshCluster:
-    def __init__(self, record: registry.ClusterRecord) -> None:
-        self.record = record
-        self.target = SshTarget.from_dict(record.details["ssh"])
-        self.transport = SshTransport(self.target)
-
-    @property
-    def name(self) -> str:
-        return self.record.name
-
-    def slurm(self) -> Slurm:
-        return Slurm(transport=self.transport, extra_env=dict(self.record.details.get("env", {})))
-
-    def queues(self) -> dict[str, list[str]]:
-        return dict(self.record.details.get("queues", {}))
-
-    def runs_dir(self) -> str:
-        return self.record.details["runs_dir"]
-
-    def python(self) -> str:
-        return self.record.details.get("python", "python3")
-
-    def describe(self) -> ClusterInfo:
-        slurm = self.slurm()
-        up = slurm.ping()
-        nodes = tuple({"name": n.name, "state": n.state, "cpus": n.cpus, "gres": n.gres, "reason": n.reason}
-                      for n in slurm.nodes()) if up else ()
-        return ClusterInfo(self.name, PROVIDER, "running" if up else "stopped", self.record.created, nodes,
-                           details={"ssh": self.record.details["ssh"], "runs_dir": self.runs_dir(),
-                                    "python": self.python()},
-                           where=f"at {self.transport.label}")
-
-    def resize(self, queue: str, max_count: int, min_count: int | None = None, compute_resource: str | None = None,
-               progress: Progress = quiet) -> dict[str, Any]:
-        raise ClusterkitError(f"cluster {self.name!r} is reached over SSH; clusterkit did not make it and does "
-                              "not resize it", fix="resize it where it was made")
-
-    def deletion(self) -> DeletionPlan:
-        return DeletionPlan(self.name, (f"clusterkit's registration of {self.name!r} (the connection and job "
-                                        "records); the cluster itself is not touched",))
-
-    def delete(self, progress: Progress = quiet) -> None:
-        registry.remove(self.name)
-        shutil.rmtree(registry.cluster_dir(self.name), ignore_errors=True)
+    def open(self, record: ClusterRecord[ExistingClusterState]) -> ExistingCluster:
+        return ExistingCluster(record)
 
 
-def connect(name: str, target: SshTarget, *, runs_dir: str | None = None, python: str = "python3",
-            accept_new_host_key: bool = False, progress: Progress = quiet) -> SshCluster:
-    """Register an existing Slurm cluster reached over SSH, after checking that Slurm answers there."""
+def _creates_none() -> ClusterkitError:
+    return ClusterkitError("clusterkit does not create clusters over SSH; it connects to existing ones",
+                           fix="use `clusterkit connect NAME --ssh [USER@]HOST`")
+
+
+def connect(name: str, ssh: str | SshTarget, *, port: int | None = None, identity_file: str | None = None,
+            known_hosts: str | None = None, accept_new_host_key: bool = False, runs_dir: str | None = None,
+            python: str = "python3", progress: Progress = quiet) -> ExistingCluster:
+    """Register an existing Slurm cluster reached over SSH (`[USER@]HOST`, or a target), after checking that
+    Slurm answers there. The one `connect`, of the CLI and of notebooks."""
+    target = ssh if isinstance(ssh, SshTarget) else SshTarget.parse(ssh, port=port, identity_file=identity_file,
+                                                                    known_hosts_file=known_hosts)
     with registry.claim(name) as directory:
         # A login of its own, never a shared connection that lives (it would let a wrong host key or key
         # through): what is registered is what reached the cluster now.
@@ -103,18 +78,9 @@ def connect(name: str, target: SshTarget, *, runs_dir: str | None = None, python
         if not slurm.ping():
             raise ClusterkitError(f"Slurm's controller does not answer on {transport.label} (scontrol ping)",
                                   fix="is slurmctld running there?")
-        runs = runs_dir or f"{home(transport)}/{DEFAULT_RUNS_DIR}"
-        record = registry.ClusterRecord(
+        record = ClusterRecord(
             name=name, provider=PROVIDER, created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            details={"ssh": target.to_dict(), "runs_dir": runs, "python": python,
-                     "slurm_version": version[0] if version else ""})
+            details=ExistingClusterState(ssh=target, runs_dir=runs_dir or f"{home(transport)}/{DEFAULT_RUNS_DIR}",
+                                         python=python, slurm_version=version[0] if version else ""))
         registry.save(record)
-    return SshCluster(record)
-
-
-def connect_to(name: str, ssh: str, *, port: int | None = None, identity_file: str | None = None,
-               known_hosts: str | None = None, accept_new_host_key: bool = False, runs_dir: str | None = None,
-               python: str = "python3") -> SshCluster:
-    """`clusterkit connect NAME --ssh [USER@]HOST ...` for notebooks and scripts."""
-    target = SshTarget.parse(ssh, port=port, identity_file=identity_file, known_hosts_file=known_hosts)
-    return connect(name, target, runs_dir=runs_dir, python=python, accept_new_host_key=accept_new_host_key)
+    return ExistingCluster(record)

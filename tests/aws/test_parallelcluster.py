@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from clusterkit.cluster import ClusterRequest, plan_spec, spec_data
+from clusterkit.cluster import plan_spec, spec_data
 from clusterkit.findings import Level
 from clusterkit.providers.aws import ParallelClusterBackend
 
@@ -20,8 +20,8 @@ from .parallelcluster_world import KEY_NAME
 
 def _p4de_config(world: Any) -> dict[str, Any]:
     subnet = world.region(REGION).private(1)
-    checked = plan_spec(spec_data(ClusterRequest(name="train", preset="p4de", region=REGION, subnet_id=subnet,
-                                                 key_name=KEY_NAME)))
+    checked = plan_spec(spec_data("p4de", None, {"name": "train", "region": REGION, "subnet_id": subnet,
+                                                 "ssh.key_name": KEY_NAME}))
     assert checked.ok, checked.findings
     return checked.config  # type: ignore[return-value]
 

@@ -14,7 +14,7 @@ import pytest
 
 from clusterkit import offerings
 from clusterkit.catalog import PRESET_INSTANCE_TYPES
-from clusterkit.cluster import ClusterRequest, plan_spec, preset, preset_names, render_config, spec_data
+from clusterkit.cluster import plan_spec, preset, preset_names, render_config, spec_data
 from clusterkit.cluster.validators import PARALLELCLUSTER_REGIONS
 from clusterkit.findings import Level
 from clusterkit.providers.aws.resolve import resolve
@@ -40,7 +40,7 @@ def test_the_regions_are_parallelclusters_and_every_preset_has_some() -> None:
 @pytest.mark.parametrize(("name", "region"), CASES, ids=[f"{name}-{region}" for name, region in CASES])
 def test_preset_in_region(pcluster_world: Any, name: str, region: str) -> None:
     table = offerings.table()
-    plan = plan_spec(spec_data(ClusterRequest(name=name, preset=name, region=region)))
+    plan = plan_spec(spec_data(name, None, {"name": name, "region": region}))
     missing = [t for t in _node_types(name) if not table.offered(t, region)]
     errors = [f for f in plan.findings if f.level is Level.ERROR]
     world = pcluster_world.region(region)

@@ -12,8 +12,9 @@ from typing import Any, Protocol
 
 from clusterkit.errors import ClusterkitError, MissingDependency
 from clusterkit.findings import Finding, Level
+from clusterkit.registry import JsonObject
 
-Config = dict[str, Any]
+Config = JsonObject  # a ParallelCluster configuration, as its YAML reads
 
 
 class ClusterBackend(Protocol):

@@ -14,17 +14,18 @@ and how to reach the head node, so every later verb finds the cluster by name al
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from clusterkit import registry
 from clusterkit.cluster.node_scripts import installed_python
-from clusterkit.cluster.plan import ClusterPlan, ClusterRequest, plan_spec, script_uploads, spec_data
+from clusterkit.cluster.plan import plan_spec, script_uploads, spec_data
 from clusterkit.cluster.prerequisites import CREATED_FOR_TAG, Prerequisites, planned, template_text, with_outputs
 from clusterkit.cluster.render import config_text, render_config, shared_dir
-from clusterkit.cluster.storage import storage_fates
+from clusterkit.cluster.storage import StorageFate, storage_fates
 from clusterkit.cluster.validators import validate
 from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
 from clusterkit.files import write_atomically
@@ -32,8 +33,19 @@ from clusterkit.findings import Finding, Level, has_errors
 from clusterkit.providers.aws import prerequisites as stacks
 from clusterkit.providers.aws.access import Aws, check_caller
 from clusterkit.providers.aws.backend import ClusterBackend, Config, ParallelClusterBackend
+from clusterkit.providers.aws.plan import AccountFacts, AwsClusterState, AwsPlanDetails, KeptStack, StackPlan
 from clusterkit.providers.aws.uploads import upload_node_scripts
-from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, quiet
+from clusterkit.providers.base import (
+    ClusterInfo,
+    ComputeResourceSize,
+    DeletionPlan,
+    InstanceInfo,
+    Progress,
+    ResizeResult,
+    quiet,
+)
+from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, refuse_foreign_options
+from clusterkit.registry import JsonObject
 
 if TYPE_CHECKING:  # loaded only when the account is asked (prepare) or the head node reached, never by a dry run
     from clusterkit.providers.aws.resolve import Resolution
@@ -43,8 +55,6 @@ if TYPE_CHECKING:  # loaded only when the account is asked (prepare) or the head
 PROVIDER = "aws"
 CONFIG_FILE = "parallelcluster.yaml"
 POLL_SECONDS = 15.0  # between looks at the stack; tests lower it
-LOCAL_FLAGS = {"nodes": ("--nodes", 4), "cpus_per_node": ("--cpus-per-node", 2),
-               "gpus_per_node": ("--gpus-per-node", 0), "ssh": ("--ssh", False)}
 # clusterkit uploads its node scripts at apply, after ParallelCluster's dry run: that run must not look
 # for them yet (clusterkit checks the spec's own scripts in `resolve` instead).
 DRY_RUN_SUPPRESSED = ("AsyncTimedUrlValidator",)
@@ -63,6 +73,12 @@ class AwsProvider:
     """AWS ParallelCluster clusters. `aws` and `backend` are the edges (boto3, pcluster); tests swap them."""
 
     name = PROVIDER
+    options = (Option("preset", "--preset"), Option("spec_file", "--file"), Option("region", "--region"),
+               Option("subnet_id", "--subnet-id"), Option("head_subnet_id", "--head-subnet-id"),
+               Option("key_name", "--key-name"), Option("custom_ami", "--custom-ami"),
+               Option("identity_file", "--identity-file"), Option("output_config", "--output-config"),
+               Option("output_prerequisites", "--output-prerequisites"),
+               Option("account_dry_run", "--account-dry-run"))
 
     def __init__(self, aws: Aws | None = None, backend: ClusterBackend | None = None) -> None:
         self._aws = aws
@@ -79,39 +95,38 @@ class AwsProvider:
             self._aws = Aws(region)
         return self._aws
 
-    def plan(self, request: ClusterRequest) -> ClusterPlan:
-        given = [flag for key, (flag, default) in LOCAL_FLAGS.items() if getattr(request, key) != default]
-        if given:
-            raise ClusterkitError(f"{', '.join(given)} describe local clusters",
-                                  fix="an AWS cluster's nodes come from its spec (queues[].compute[])")
-        plan = plan_spec(spec_data(request))
-        if request.identity_file:
-            plan = plan.replace(details={**plan.details, "identity_file": request.identity_file})
-        wanted = planned(plan.spec) if plan.ok else None
-        if wanted is not None and wanted.needed:
-            plan = plan.replace(details={**plan.details, "prerequisites": _prerequisites_details(wanted, plan.name)})
+    def plan(self, request: ClusterRequest) -> ClusterPlan[AwsPlanDetails]:
+        refuse_foreign_options(self, request.given())
+        checked = plan_spec(spec_data(request.preset, request.spec_file, _overrides(request)))
+        wanted = planned(checked.spec) if checked.spec is not None and checked.config_text is not None else None
+        details = AwsPlanDetails(
+            spec=checked.spec, config=checked.config, config_text=checked.config_text, summary=checked.summary,
+            uploads=checked.uploads, identity_file=request.identity_file,
+            prerequisites=(StackPlan(wanted.network, wanted.database, template=template_text(wanted, checked.name))
+                           if wanted is not None and wanted.needed else None))
+        plan = ClusterPlan(provider=PROVIDER, name=checked.name, details=details, findings=checked.findings)
         return plan.replace(files=self._files(plan), actions=self._actions(plan))
 
-    def _files(self, plan: ClusterPlan) -> dict[str, str]:
-        if plan.config_text is None or not plan.name:
+    def _files(self, plan: ClusterPlan[AwsPlanDetails]) -> dict[str, str]:
+        if plan.details.config_text is None or not plan.name:
             return {}
-        return {str(registry.cluster_dir(plan.name) / CONFIG_FILE): plan.config_text}
+        return {str(registry.cluster_dir(plan.name) / CONFIG_FILE): plan.details.config_text}
 
-    def _actions(self, plan: ClusterPlan) -> tuple[str, ...]:
-        region = plan.spec.region if plan.spec is not None else "?"
-        uploads = [f"upload {Path(path).name} to {url}" for url, path in plan.uploads.items()]
-        prerequisites = plan.details.get("prerequisites") or {}
-        if not plan.details.get("prepared"):
-            made = [f"create clusterkit's prerequisites stack ({prerequisites['makes']}) unless the account has "
+    def _actions(self, plan: ClusterPlan[AwsPlanDetails]) -> tuple[str, ...]:
+        details = plan.details
+        region = details.spec.region if details.spec is not None else "?"
+        uploads = [f"upload {Path(path).name} to {url}" for url, path in details.uploads.items()]
+        stack = details.prerequisites
+        if details.account is None:
+            made = [f"create clusterkit's prerequisites stack ({stack.makes}) unless the account has "
                     "one that fits, or (for the network) a private subnet that fits; feed its outputs into the "
-                    "config and run ParallelCluster's dry run again"] if prerequisites else []
-        elif prerequisites.get("create"):
-            parameters = ", ".join(f"{k}={v}" for k, v in prerequisites["parameters"].items())
-            made = [f"create the prerequisites stack {prerequisites['stack']} ({prerequisites['makes']}; "
-                    f"{parameters}) and follow it",
+                    "config and run ParallelCluster's dry run again"] if stack else []
+        elif stack is not None and stack.create:
+            parameters = ", ".join(f"{k}={v}" for k, v in stack.parameters.items())
+            made = [f"create the prerequisites stack {stack.stack} ({stack.makes}; {parameters}) and follow it",
                     "render the config with its outputs (subnets, database) and run ParallelCluster's dry run on it"]
         else:
-            made = [f"use the prerequisites stack {prerequisites['stack']}"] if prerequisites else []
+            made = [f"use the prerequisites stack {stack.stack}"] if stack else []
         return (f"check the AWS caller (sts get-caller-identity) in {region}",
                 "resolve the spec against the account: network, reservations, key pair, storage, AMI, scripts bucket",
                 "run ParallelCluster's dry run of the resolved configuration",
@@ -119,31 +134,33 @@ class AwsProvider:
                 *uploads,
                 f"create the cluster with ParallelCluster (CloudFormation stack {plan.name}) and follow it")
 
-    def prepare(self, plan: ClusterPlan, progress: Progress = quiet) -> ClusterPlan:
+    def prepare(self, plan: ClusterPlan[AwsPlanDetails], progress: Progress = quiet) -> ClusterPlan[AwsPlanDetails]:
         """Check the caller, resolve the spec, render it again and run ParallelCluster's dry run. Changes nothing:
         a prerequisites stack still to be made is rendered, and the dry run sees stand-ins for what it will hold."""
-        if not plan.ok or plan.spec is None:
+        spec = plan.details.spec
+        if not plan.ok or spec is None:
             raise ClusterkitError("the cluster spec has errors", fix="run with --dry-run to see them")
         name = plan.name
         if registry.exists(name):
             raise AlreadyExists(f"a cluster named {name!r} already exists", fix=f"choose another --name, or delete "
                                 f"it first with `clusterkit delete-cluster {name}`")
-        aws = self._aws_for(plan.spec.region)
+        aws = self._aws_for(spec.region)
         progress(f"checking AWS credentials for {aws.region}")
         caller = check_caller(aws)
         progress(f"resolving the spec in account {caller['account']}, {aws.region}")
         from clusterkit.providers.aws.resolve import resolve
 
-        resolution = resolve(plan.spec, aws, caller["account"])
+        resolution = resolve(spec, aws, caller["account"])
         # The resolved spec is validated afresh: a chosen subnet ends the "placeholder subnet" warning.
         findings = validate(resolution.spec) + resolution.findings
-        details = {**plan.details, "prepared": True, "region": aws.region, "account": caller["account"],
-                   "caller": caller["arn"], "chosen": dict(resolution.chosen),
-                   "create_scripts_bucket": resolution.create_scripts_bucket,
-                   "prerequisites": _resolved_prerequisites(resolution, name)}
-        prepared = plan.replace(spec=resolution.spec, details=details)
+        account = AccountFacts(region=aws.region, account=caller["account"], caller=caller["arn"],
+                               chosen=dict(resolution.chosen),
+                               create_scripts_bucket=resolution.create_scripts_bucket)
+        resolved = dataclasses.replace(plan.details, spec=resolution.spec, account=account,
+                                       prerequisites=_resolved_prerequisites(resolution, name))
+        refused = dataclasses.replace(resolved, config=None, config_text=None, uploads={})
         if has_errors(findings):
-            return prepared.replace(findings=tuple(findings), config=None, config_text=None, files={}, uploads={})
+            return plan.replace(details=refused, findings=tuple(findings), files={})
         config = render_config(resolution.spec)
         checked, suppressed, note = _dry_run_config(resolution)
         if checked is None:
@@ -154,42 +171,38 @@ class AwsProvider:
                 findings.append(Finding(Level.INFO, "parallelcluster", f"dry run of the config with {note}"))
             findings += self.backend.dry_run(name, checked, aws.region, suppress=DRY_RUN_SUPPRESSED + suppressed)
         if has_errors(findings):
-            return prepared.replace(findings=tuple(findings), config=None, config_text=None, files={}, uploads={})
-        prepared = prepared.replace(findings=tuple(findings), config=config, config_text=config_text(name, config),
-                                    uploads=script_uploads(config))
+            return plan.replace(details=refused, findings=tuple(findings), files={})
+        prepared = plan.replace(findings=tuple(findings), details=dataclasses.replace(
+            resolved, config=config, config_text=config_text(name, config), uploads=script_uploads(config)))
         return prepared.replace(files=self._files(prepared), actions=self._actions(prepared))
 
-    def apply(self, plan: ClusterPlan, progress: Progress = quiet, poll_seconds: float | None = None) -> AwsCluster:
+    def apply(self, plan: ClusterPlan[AwsPlanDetails], progress: Progress = quiet,
+              poll_seconds: float | None = None) -> AwsCluster:
         """Create the prepared cluster and follow its stack to CREATE_COMPLETE.
 
         The record is saved as soon as the stack exists, so `delete-cluster` can clean up a failed create.
         """
-        if not plan.details.get("prepared") or not plan.ok or plan.config is None:
+        details, account = plan.details, plan.details.account
+        if account is None or not plan.ok or details.config is None or details.spec is None:
             raise ClusterkitError(f"cluster {plan.name!r} was not prepared against AWS, or did not pass",
                                   fix="prepare the plan first (provider.prepare(plan)) and fix its findings")
-        aws = self._aws_for(plan.details["region"])
+        spec, stack = details.spec, details.prerequisites
+        aws = self._aws_for(account.region)
         poll = POLL_SECONDS if poll_seconds is None else poll_seconds
         ((config_path, text),) = plan.files.items()
         config_file = Path(config_path)
-        prerequisites = plan.details.get("prerequisites") or None
-        record = registry.ClusterRecord(
-            name=plan.name, provider=PROVIDER, created=_now(),
-            details={"region": aws.region, "stack_name": plan.name, "stack_id": None, "config_file": str(config_file),
-                     "account": plan.details.get("account"), "chosen": dict(plan.details.get("chosen", {})),
-                     "queues": queue_instance_types(plan.config), "os": plan.spec.os,
-                     "key_name": plan.spec.ssh.key_name, "identity_file": plan.details.get("identity_file"),
-                     "shared_dir": shared_dir(plan.spec),
-                     "prerequisites": ({"stack": prerequisites["stack"], "created": bool(prerequisites["create"]),
-                                        "network": prerequisites.get("network"),
-                                        "database": prerequisites.get("database"),
-                                        "cost_per_hour": prerequisites.get("cost_per_hour", {})}
-                                       if prerequisites else None)})
-        config = plan.config
-        if prerequisites and prerequisites["create"]:
+        record = registry.ClusterRecord(name=plan.name, provider=PROVIDER, created=_now(), details=AwsClusterState(
+            region=aws.region, stack_name=plan.name, config_file=str(config_file), account=account.account,
+            chosen=dict(account.chosen), queues=queue_instance_types(details.config), os=spec.os,
+            key_name=spec.ssh.key_name, identity_file=details.identity_file, shared_dir=shared_dir(spec),
+            prerequisites=(KeptStack(stack=stack.stack, created=stack.create, network=stack.network,
+                                     database=stack.database, cost_per_hour=stack.holds.cost_per_hour())
+                           if stack is not None and stack.stack is not None else None)))
+        config = details.config
+        if stack is not None and stack.create and stack.stack is not None and stack.template is not None:
             registry.save(record)  # from here on, `delete-cluster` can remove what the create made
-            outputs = stacks.create(aws, prerequisites["stack"], prerequisites["template"],
-                                    prerequisites["parameters"], plan.name, progress, poll)
-            config = render_config(with_outputs(plan.spec, outputs))
+            outputs = stacks.create(aws, stack.stack, stack.template, stack.parameters, plan.name, progress, poll)
+            config = render_config(with_outputs(spec, outputs))
             progress("ParallelCluster dry run in the new network")
             refused = [f for f in self.backend.dry_run(plan.name, config, aws.region, suppress=DRY_RUN_SUPPRESSED)
                        if f.level is Level.ERROR]
@@ -198,8 +211,8 @@ class AwsProvider:
                     f"ParallelCluster refused the cluster in its new network: {refused[0]}",
                     fix=f"`clusterkit delete-cluster {plan.name}` removes the prerequisites stack (a retry reuses it)")
             text = config_text(plan.name, config)
-        upload_node_scripts(aws, plan.spec.scripts_bucket, plan.details["account"], plan.uploads,
-                            create_bucket=plan.details.get("create_scripts_bucket", False), progress=progress)
+        upload_node_scripts(aws, spec.scripts_bucket, account.account, details.uploads,
+                            create_bucket=account.create_scripts_bucket, progress=progress)
         config_file.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(config_file, text)
         progress(f"creating cluster {plan.name!r} in {aws.region}")
@@ -209,31 +222,37 @@ class AwsProvider:
             if not registry.exists(plan.name):
                 shutil.rmtree(config_file.parent, ignore_errors=True)
             raise
-        record.details["stack_id"] = stack_id
+        record.details.stack_id = stack_id
         cluster = AwsCluster(record, aws=aws, backend=self.backend)
         registry.save(cluster.record)
         cluster._follow("CREATE", progress, poll_seconds)
         return cluster
 
-    def open(self, record: registry.ClusterRecord) -> AwsCluster:
+    def read_state(self, record: registry.ClusterRecord[JsonObject]) -> registry.ClusterRecord[AwsClusterState]:
+        return registry.ClusterRecord(record.name, record.provider, record.created,
+                                      AwsClusterState.from_json(record.details))
+
+    def open(self, record: registry.ClusterRecord[AwsClusterState]) -> AwsCluster:
         return AwsCluster(record, backend=self._backend)
 
 
-def _prerequisites_details(prerequisites: Prerequisites, name: str) -> dict[str, Any]:
-    makes = ", ".join(part for part, wanted in (("network", prerequisites.network),
-                                                ("accounting database", prerequisites.database)) if wanted)
-    return {**prerequisites.to_dict(), "makes": makes, "cost_per_hour": prerequisites.cost_per_hour(),
-            "template": template_text(prerequisites, name)}
+def _overrides(request: ClusterRequest) -> dict[str, str]:
+    """Spec fields given on the command line, by their path in the spec."""
+    values = {"name": request.name, "region": request.region, "subnet_id": request.subnet_id,
+              "head_node.subnet_id": request.head_subnet_id, "ssh.key_name": request.key_name,
+              "image.custom_ami": request.custom_ami}
+    return {path: value for path, value in values.items() if value is not None}
 
 
-def _resolved_prerequisites(resolution: Resolution, name: str) -> dict[str, Any] | None:
+def _resolved_prerequisites(resolution: Resolution, name: str) -> StackPlan | None:
     """The prerequisites stack of a prepared plan: one to create (template, parameters), or one made earlier."""
-    if resolution.prerequisites is not None:
-        return {**_prerequisites_details(resolution.prerequisites, name), "stack": resolution.stack,
-                "create": True, "parameters": dict(resolution.parameters)}
+    wanted = resolution.prerequisites
+    if wanted is not None:
+        return StackPlan(wanted.network, wanted.database, template=template_text(wanted, name),
+                         stack=resolution.stack, create=True, parameters=dict(resolution.parameters))
     if resolution.stack is not None:
         held = resolution.reused or Prerequisites(network=False, database=False)
-        return {"stack": resolution.stack, "create": False, **held.to_dict(), "cost_per_hour": held.cost_per_hour()}
+        return StackPlan(held.network, held.database, stack=resolution.stack)
     return None
 
 
@@ -308,11 +327,12 @@ _STATUS = {"CREATE_COMPLETE": "running", "UPDATE_COMPLETE": "running", "CREATE_I
 class AwsCluster:
     """A ParallelCluster cluster known to the registry."""
 
-    def __init__(self, record: registry.ClusterRecord, aws: Aws | None = None,
+    def __init__(self, record: registry.ClusterRecord[AwsClusterState], aws: Aws | None = None,
                  backend: ClusterBackend | None = None) -> None:
         if record.provider != PROVIDER:
             raise ClusterkitError(f"cluster {record.name!r} is a {record.provider} cluster, not an AWS one")
         self.record = record
+        self.state = record.details
         self._aws = aws
         self.backend = backend or ParallelClusterBackend()
 
@@ -322,15 +342,15 @@ class AwsCluster:
 
     @property
     def region(self) -> str:
-        return self.record.details["region"]
+        return self.state.region
 
     @property
-    def stack_id(self) -> str:
-        return self.record.details["stack_id"]
+    def stack_name(self) -> str:
+        return self.state.stack_name or self.name
 
     @property
     def config_file(self) -> Path:
-        return Path(self.record.details["config_file"])
+        return Path(self.state.config_file)
 
     @property
     def aws(self) -> Aws:
@@ -347,7 +367,7 @@ class AwsCluster:
         """Runs go on shared storage: /fsx (the first file system) when the cluster has one, else the home
         directory (ParallelCluster shares /home)."""
         user = self.ssh_target().user or "ubuntu"
-        shared = self.record.details.get("shared_dir") or "/home"
+        shared = self.state.shared_dir or "/home"
         return f"/home/{user}/clusterkit-runs" if shared == "/home" else f"{shared}/clusterkit-runs/{user}"
 
     def python(self) -> str:
@@ -358,9 +378,9 @@ class AwsCluster:
             return "python3"
 
     def queues(self) -> dict[str, list[str]]:
-        known = self.record.details.get("queues")
+        known = self.state.queues
         if known is not None:
-            return dict(known)
+            return {queue: list(types) for queue, types in known.items()}
         try:  # a record from before queues were kept in it
             return queue_instance_types(self.config())
         except (OSError, ValueError, AttributeError):
@@ -385,18 +405,17 @@ class AwsCluster:
         from clusterkit.providers.aws.ssh import KNOWN_HOSTS_FILE, head_node_target
         from clusterkit.transport import SshTarget
 
-        known = self.record.details.get("ssh")
-        if known:
-            return SshTarget.from_dict(known)
+        if self.state.ssh is not None:
+            return self.state.ssh
         described = self.backend.describe(self.name, self.region)
         if described is None:
             raise ClusterkitError(f"cluster {self.name!r} no longer exists in {self.region}",
                                   fix=f"remove it here with `clusterkit delete-cluster {self.name}`")
-        details = self.record.details
-        target = head_node_target(described, region=self.region, os_name=details.get("os") or "ubuntu2204",
-                                  key_name=details.get("key_name"), identity_file=details.get("identity_file"),
+        state = self.state
+        target = head_node_target(described, region=self.region, os_name=state.os or "ubuntu2204",
+                                  key_name=state.key_name, identity_file=state.identity_file,
                                   known_hosts_file=str(registry.cluster_dir(self.name) / KNOWN_HOSTS_FILE))
-        details["ssh"] = target.to_dict()
+        state.ssh = target
         registry.save(self.record)
         return target
 
@@ -404,7 +423,7 @@ class AwsCluster:
         from clusterkit.providers.aws.cloudformation import StackFailed, follow_stack
 
         try:
-            follow_stack(self.aws.client("cloudformation"), self.stack_id, operation, progress,
+            follow_stack(self.aws.client("cloudformation"), self.state.stack_id, operation, progress,
                          poll_seconds=POLL_SECONDS if poll_seconds is None else poll_seconds)
         except StackFailed as failed:
             after = {"CREATE": f"then remove it with `clusterkit delete-cluster {self.name}`",
@@ -415,8 +434,8 @@ class AwsCluster:
 
     def describe(self) -> ClusterInfo:
         info = self.backend.describe(self.name, self.region)
-        details = {"region": self.region, "stack_name": self.record.details.get("stack_name", self.name),
-                   "config_file": str(self.config_file)}
+        details: JsonObject = {"region": self.region, "stack_name": self.stack_name,
+                               "config_file": str(self.config_file)}
         if info is None:
             return ClusterInfo(self.name, PROVIDER, "gone", self.record.created,
                                details={**details, "stack_status": None, "head_node": None})
@@ -425,9 +444,9 @@ class AwsCluster:
         if status == "running" and info.get("computeFleetStatus") not in (None, "RUNNING", "ENABLED"):
             status = "stopped"
         head = info.get("headNode") or {}
-        nodes = tuple({"name": i.get("instanceId"), "node_type": i.get("nodeType"), "queue": i.get("queueName"),
-                       "instance_type": i.get("instanceType"), "state": i.get("state"),
-                       "private_ip": i.get("privateIpAddress")} for i in info.get("instances", []))
+        nodes = tuple(InstanceInfo(name=i.get("instanceId"), node_type=i.get("nodeType"), queue=i.get("queueName"),
+                                   instance_type=i.get("instanceType"), state=i.get("state"),
+                                   private_ip=i.get("privateIpAddress")) for i in info.get("instances", []))
         head_node = ({"instance_id": head.get("instanceId"), "state": head.get("state"),
                       "public_ip": head.get("publicIpAddress"), "private_ip": head.get("privateIpAddress")}
                      if head else None)
@@ -435,12 +454,12 @@ class AwsCluster:
         return ClusterInfo(self.name, PROVIDER, status, self.record.created, nodes, details={
             **details, "stack_status": info.get("cloudFormationStackStatus"),
             "compute_fleet": info.get("computeFleetStatus"), "head_node": head_node,
-            "prerequisites_stack": (self.record.details.get("prerequisites") or {}).get("stack"),
+            "prerequisites_stack": self.state.prerequisites.stack if self.state.prerequisites else None,
             "python": self.python()},
             where=f"in {self.region}" + (f"; head node {address}" if address else ""))
 
     def resize(self, queue: str, max_count: int, min_count: int | None = None, compute_resource: str | None = None,
-               progress: Progress = quiet, poll_seconds: float | None = None) -> dict[str, Any]:
+               progress: Progress = quiet, poll_seconds: float | None = None) -> ResizeResult:
         """Resize one queue through a ParallelCluster update; the config file follows when it succeeds."""
         new = resize_queue(self.config(), queue, max_count, min_count, compute_resource)
         progress(f"updating cluster {self.name!r}: queue {queue!r} to max {max_count}")
@@ -448,9 +467,8 @@ class AwsCluster:
         self._follow("UPDATE", progress, poll_seconds)
         write_atomically(self.config_file, config_text(self.name, new))
         resized = next(q for q in new["Scheduling"]["SlurmQueues"] if q["Name"] == queue)
-        return {"name": self.name, "queue": queue,
-                "compute_resources": [{"name": r["Name"], "min_count": r["MinCount"], "max_count": r["MaxCount"]}
-                                      for r in resized["ComputeResources"]]}
+        return ResizeResult(self.name, queue, tuple(ComputeResourceSize(r["Name"], r["MinCount"], r["MaxCount"])
+                                                    for r in resized["ComputeResources"]))
 
     def deletion(self) -> DeletionPlan:
         """The stack and its instances go; storage ParallelCluster created goes only when its DeletionPolicy
@@ -461,29 +479,29 @@ class AwsCluster:
             fates = storage_fates(self.config())
         except (OSError, ValueError, AttributeError):
             fates = []
-        stack = (f"CloudFormation stack {self.record.details.get('stack_name', self.name)} in {self.region}: "
+        stack = (f"CloudFormation stack {self.stack_name} in {self.region}: "
                  "the head node, every compute node, their root volumes and the cluster's network resources")
         lost = tuple(str(fate) for fate in fates if not fate.kept)
         deletes, keeps = [stack, *lost], [str(fate) for fate in fates if fate.kept]
-        prerequisites = self.record.details.get("prerequisites")
+        prerequisites = self.state.prerequisites
         if prerequisites:
-            reason = self._prerequisites_kept_because(fates)
+            reason = self._prerequisites_kept_because(prerequisites, fates)
             deletes_or_keeps = keeps if reason else deletes
             deletes_or_keeps.append(_prerequisites_words(prerequisites, reason))
-            if not reason and prerequisites.get("database"):
+            if not reason and prerequisites.database:
                 keeps.append("the accounting database's final snapshot (DeletionPolicy Snapshot) and its password "
                              "secret in Secrets Manager (Retain)")
         return DeletionPlan(self.name, tuple(deletes), tuple(keeps), confirm=True, storage_deleted=lost)
 
-    def _prerequisites_kept_because(self, fates: list[Any] | None = None, live: bool = False) -> str:
+    def _prerequisites_kept_because(self, prerequisites: KeptStack, fates: list[StorageFate] | None = None,
+                                    live: bool = False) -> str:
         """Why the prerequisites stack stays ('' when it goes). `live`: ask AWS what still uses it (after the
         cluster's own stack is gone); else foresee it from this cluster's kept storage."""
-        prerequisites = self.record.details["prerequisites"]
-        stack = prerequisites["stack"]
-        if not prerequisites.get("created"):
+        stack = prerequisites.stack
+        if not prerequisites.created:
             return "made earlier for another cluster"
         others = sorted(record.name for record in registry.all_records() if record.name != self.name
-                        and (record.details.get("prerequisites") or {}).get("stack") == stack)
+                        and record.provider == PROVIDER and _stack_of(record) == stack)
         if others:
             return f"cluster {', '.join(others)} uses it too"
         if live:
@@ -495,33 +513,39 @@ class AwsCluster:
             users = stacks.users(self.aws, found["outputs"])
             return f"still used by {', '.join(users[:3])}" if users else ""
         kept = [fate for fate in fates or [] if fate.kept and ": not made by this cluster" not in fate.reason]
-        if kept and prerequisites.get("network"):
+        if kept and prerequisites.network:
             return f"the kept {kept[0].description} lives in its network"
         return ""
 
     def delete(self, progress: Progress = quiet, poll_seconds: float | None = None) -> None:
         """Delete the cluster (its stack, and storage ParallelCluster created with DeletionPolicy Delete), then the
         prerequisites stack when this cluster made it and nothing else uses it."""
-        if self.record.details.get("stack_id") and self.backend.describe(self.name, self.region) is not None:
+        if self.state.stack_id and self.backend.describe(self.name, self.region) is not None:
             progress(f"deleting cluster {self.name!r} in {self.region}")
             self.backend.delete(self.name, self.region)
             self._follow("DELETE", progress, poll_seconds)
-        prerequisites = self.record.details.get("prerequisites")
+        prerequisites = self.state.prerequisites
         if prerequisites:
-            reason = self._prerequisites_kept_because(live=True)
+            reason = self._prerequisites_kept_because(prerequisites, live=True)
             if reason:
                 progress(f"keeping {_prerequisites_words(prerequisites, reason)}")
             else:
-                stacks.delete(self.aws, prerequisites["stack"], progress,
+                stacks.delete(self.aws, prerequisites.stack, progress,
                               POLL_SECONDS if poll_seconds is None else poll_seconds)
         registry.remove(self.name)
         shutil.rmtree(self.config_file.parent, ignore_errors=True)
 
 
-def _prerequisites_words(prerequisites: dict[str, Any], kept_because: str) -> str:
-    stack = f"prerequisites stack {prerequisites['stack']}"
+def _stack_of(record: registry.ClusterRecord[JsonObject]) -> str | None:
+    """The prerequisites stack another AWS cluster's record names."""
+    kept = AwsClusterState.from_json(record.details).prerequisites
+    return kept.stack if kept else None
+
+
+def _prerequisites_words(prerequisites: KeptStack, kept_because: str) -> str:
+    stack = f"prerequisites stack {prerequisites.stack}"
     if not kept_because:
         return f"{stack}: its network and NAT gateway, or its database (after a final snapshot)"
-    cost = sum((prerequisites.get("cost_per_hour") or {}).values())
+    cost = sum(prerequisites.cost_per_hour.values())
     costs = f"; it costs about ${cost:.2f}/h while it exists" if cost else ""
     return f"{stack} ({kept_because}{costs}; delete it in CloudFormation once nothing uses it)"

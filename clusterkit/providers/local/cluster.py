@@ -17,18 +17,19 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from clusterkit import registry
-from clusterkit.cluster.plan import ClusterPlan, ClusterRequest
 from clusterkit.errors import AlreadyExists, ClusterkitError, MissingDependency
 from clusterkit.pids import pid_alive, start_time
-from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, quiet
+from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, ResizeResult, quiet, slurm_nodes
 from clusterkit.providers.local import processes
 from clusterkit.providers.local.config import (
     SSHD_PRIVSEP_DIR,
     LocalClusterConfig,
+    LocalClusterState,
     LocalLayout,
+    LocalPlanDetails,
     render_gres_conf,
     render_hosts,
     render_mysql_conf,
@@ -36,8 +37,10 @@ from clusterkit.providers.local.config import (
     render_slurmdbd_conf,
     render_sshd_config,
 )
+from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, refuse_foreign_options
+from clusterkit.registry import ClusterRecord, JsonObject
 from clusterkit.runtime import FAULTS_DIR_ENV
-from clusterkit.slurm import Slurm
+from clusterkit.slurm import NodeInfo, Slurm
 from clusterkit.transport import SshTarget
 
 PROVIDER = "local"
@@ -49,10 +52,6 @@ REQUIRED_PROGRAMS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "sl
 INSTALL_COMMAND = ("apt-get install -y --no-install-recommends slurm-wlm munge slurmdbd mariadb-server "
                    "openssh-server openssh-client")
 START_TIMEOUT = 30.0
-
-# Request fields that describe AWS clusters, and their flags.
-AWS_ONLY = {"preset": "--preset", "spec_file": "--file", "region": "--region", "subnet_id": "--subnet-id",
-            "key_name": "--key-name", "custom_ami": "--custom-ami"}
 
 
 def check_prerequisites(ssh: bool = False) -> None:
@@ -105,36 +104,37 @@ class LocalProvider:
     """Real Slurm clusters on this machine: plan (files, ports, daemons), prepare, apply, open."""
 
     name = PROVIDER
+    options = (Option("nodes", "--nodes"), Option("cpus_per_node", "--cpus-per-node"),
+               Option("gpus_per_node", "--gpus-per-node"), Option("memory_mb_per_node", "memory_mb_per_node"),
+               Option("ssh", "--ssh"))
 
-    def plan(self, request: ClusterRequest) -> ClusterPlan:
-        given = [flag for field_name, flag in AWS_ONLY.items() if getattr(request, field_name) is not None]
-        if given:
-            raise ClusterkitError(f"{', '.join(given)} describe AWS clusters",
-                                  fix="drop them for a local cluster, or use --provider aws")
+    def plan(self, request: ClusterRequest) -> ClusterPlan[LocalPlanDetails]:
+        refuse_foreign_options(self, request.given())
         cluster = LocalCluster._new(request.name, request.nodes, request.cpus_per_node, request.gpus_per_node,
                                     request.memory_mb_per_node, request.ssh)
         share = [] if processes.root_mount_is_shared() else [shlex.join(processes.SHARE_ROOT_COMMAND)]
         return ClusterPlan(
-            provider=PROVIDER, name=request.name, spec=cluster.config,
+            provider=PROVIDER, name=request.name,
+            details=LocalPlanDetails(config=cluster.config, directory=str(cluster.layout.root)),
             files={str(path): text for path, text in cluster._rendered_files().items()},
             actions=tuple(share + [shlex.join(argv) for argv in cluster._daemon_commands().values()]),
-            details={"directory": str(cluster.layout.root), "ports": cluster.config.ports},
         )
 
-    def prepare(self, plan: ClusterPlan, progress: Progress = quiet) -> ClusterPlan:
-        check_prerequisites(ssh=plan.spec.ssh)
+    def prepare(self, plan: ClusterPlan[LocalPlanDetails],
+                progress: Progress = quiet) -> ClusterPlan[LocalPlanDetails]:
+        check_prerequisites(ssh=plan.details.config.ssh)
         if registry.exists(plan.name):
             raise AlreadyExists(f"a cluster named {plan.name!r} already exists",
                                 fix=f"use it, or delete it first with `clusterkit delete-cluster {plan.name}`")
         return plan
 
-    def apply(self, plan: ClusterPlan, progress: Progress = quiet) -> LocalCluster:
+    def apply(self, plan: ClusterPlan[LocalPlanDetails], progress: Progress = quiet) -> LocalCluster:
         """Write exactly the plan's files and start the daemons; on failure leave nothing behind.
 
         The name is claimed first (registry.claim), and the ports: a second create of the same name
         fails at once and never touches this one's files, and a failed create removes only its own.
         """
-        config: LocalClusterConfig = plan.spec
+        config = plan.details.config
         with registry.claim(plan.name) as directory:
             processes.reserve_ports(config.base_port, len(config.ports), directory)
             cluster = LocalCluster.from_config(config)
@@ -152,29 +152,21 @@ class LocalProvider:
                 raise
         return cluster
 
-    def open(self, record: registry.ClusterRecord) -> LocalCluster:
+    def read_state(self, record: ClusterRecord[JsonObject]) -> ClusterRecord[LocalClusterState]:
+        return ClusterRecord(record.name, record.provider, record.created,
+                             LocalClusterState.from_json(record.name, record.details))
+
+    def open(self, record: ClusterRecord[LocalClusterState]) -> LocalCluster:
         return LocalCluster(record)
 
 
 class LocalCluster:
     """A local Slurm cluster known to the registry."""
 
-    def __init__(self, record: registry.ClusterRecord) -> None:
-        if record.provider != PROVIDER:
-            raise ClusterkitError(f"cluster {record.name!r} is a {record.provider} cluster, not a local one")
+    def __init__(self, record: ClusterRecord[LocalClusterState]) -> None:
         self.record = record
-        details = record.details
-        try:
-            self.config = LocalClusterConfig(
-                name=record.name, nodes=details["nodes"], cpus_per_node=details["cpus_per_node"],
-                gpus_per_node=details["gpus_per_node"], memory_mb_per_node=details["memory_mb_per_node"],
-                base_port=details["base_port"], controller_host=details["controller_host"],
-                ssh=details.get("ssh", False),
-            )
-        except KeyError as missing:
-            raise ClusterkitError(f"the record of local cluster {record.name!r} is damaged: it has no {missing}",
-                                  fix=f"remove {registry.cluster_dir(record.name)} and create the cluster again")
-
+        self.state = record.details
+        self.config = self.state.config
         self.layout = LocalLayout(record.directory)
         # Jobs on a local cluster run with the Python that drives it (its venv's python, torchrun).
         # Health checks in its jobs look for injected faults here.
@@ -184,7 +176,13 @@ class LocalCluster:
     # ----- lookup -------------------------------------------------------------------------------
     @classmethod
     def get(cls, name: str) -> LocalCluster:
-        return cls(registry.load(name))
+        from clusterkit.providers import open_cluster
+
+        cluster = open_cluster(name)
+        if not isinstance(cluster, LocalCluster):
+            raise ClusterkitError(f"cluster {name!r} is not a local cluster",
+                                  fix="`clusterkit local` verbs act on clusters made with --provider local")
+        return cluster
 
     @property
     def name(self) -> str:
@@ -192,7 +190,7 @@ class LocalCluster:
 
     @property
     def pids(self) -> dict[str, int]:
-        return self.record.details.setdefault("pids", {})
+        return self.state.pids
 
     @property
     def env(self) -> dict[str, str]:
@@ -213,7 +211,7 @@ class LocalCluster:
             raise AlreadyExists(f"a cluster named {name!r} already exists",
                                 fix=f"use it, or delete it first with `clusterkit delete-cluster {name}`")
         taken = [port for other in registry.all_records() if other.provider == PROVIDER
-                 for port in cls(other).config.ports]
+                 for port in LocalClusterState.from_json(other.name, other.details).config.ports]
         base_port = processes.find_free_port_range(nodes + 2 + (1 if ssh else 0), taken)
         return cls.from_config(LocalClusterConfig(
             name=name, nodes=nodes, cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node,
@@ -222,23 +220,19 @@ class LocalCluster:
 
     @classmethod
     def from_config(cls, config: LocalClusterConfig) -> LocalCluster:
-        return cls(registry.ClusterRecord(
-            name=config.name, provider=PROVIDER,
-            created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            details={"nodes": config.nodes, "cpus_per_node": config.cpus_per_node,
-                     "gpus_per_node": config.gpus_per_node, "memory_mb_per_node": config.memory_mb_per_node,
-                     "base_port": config.base_port, "controller_host": config.controller_host, "ssh": config.ssh,
-                     "pids": {}},
-        ))
+        return cls(ClusterRecord(name=config.name, provider=PROVIDER,
+                                 created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                                 details=LocalClusterState(config)))
 
     @classmethod
     def create(cls, name: str, nodes: int = 4, cpus_per_node: int = 2, gpus_per_node: int = 0,
                memory_mb_per_node: int = 4000, ssh: bool = False, progress: Progress = quiet) -> LocalCluster:
-        """Plan, prepare and apply in one call (for scripts and tests)."""
-        provider = LocalProvider()
+        """`providers.create_cluster` of a local cluster (for scripts and tests)."""
+        from clusterkit.providers import create_cluster
+
         request = ClusterRequest(name=name, provider=PROVIDER, nodes=nodes, cpus_per_node=cpus_per_node,
                                  gpus_per_node=gpus_per_node, memory_mb_per_node=memory_mb_per_node, ssh=ssh)
-        return provider.apply(provider.prepare(provider.plan(request)), progress)
+        return cast(LocalCluster, create_cluster(request, progress))
 
     def slurm(self) -> Slurm:
         return self._slurm
@@ -332,7 +326,7 @@ class LocalCluster:
         env = dict(os.environ, SLURM_CONF=str(self.layout.slurm_conf), **extra_env)
         pid = processes.spawn(self._daemon_commands()[key], self.layout.log / f"{key}.stdout", env=env)
         self.pids[key] = pid
-        self.record.details.setdefault("start_times", {})[key] = start_time(pid)
+        self.state.start_times[key] = start_time(pid)
         registry.save(self.record)
         return pid
 
@@ -341,7 +335,7 @@ class LocalCluster:
         after it exits, or after a reboot: never signal a stranger). A daemon someone restarted by hand
         is found by its pid file and adopted, so that describe and delete still see it."""
         pid = self.pids.get(key)
-        recorded = self.record.details.get("start_times", {}).get(key)
+        recorded = self.state.start_times.get(key)
         if pid is not None and pid_alive(pid) and (recorded is None or
                                                              start_time(pid) == recorded):
             return pid
@@ -352,10 +346,9 @@ class LocalCluster:
         if pid is None or pid == self.pids.get(key) or not processes.belongs_to(pid, str(self.layout.root)):
             return None
         self.pids[key] = pid
-        self.record.details.setdefault("start_times", {})[key] = start_time(pid)
+        self.state.start_times[key] = start_time(pid)
         if key.startswith("slurmd-"):
-            self.record.details.setdefault("namespaces", {})[key.removeprefix("slurmd-")] = \
-                processes.mount_namespace(pid)
+            self.state.namespaces[key.removeprefix("slurmd-")] = processes.mount_namespace(pid)
         registry.save(self.record)
         return pid
 
@@ -398,7 +391,7 @@ class LocalCluster:
         """The node's mount namespace while its slurmd runs (a freed namespace id can be reused)."""
         if self._ours(f"slurmd-{node}") is None:
             return None
-        return self.record.details.get("namespaces", {}).get(node)
+        return self.state.namespaces.get(node)
 
     def _start(self, progress: Progress) -> None:
         progress("starting munged and MariaDB")
@@ -441,7 +434,7 @@ class LocalCluster:
         own = processes.mount_namespace(os.getpid())
         processes.wait_until(lambda: processes.mount_namespace(pid) not in (own, None) or
                              not pid_alive(pid), 10, f"slurmd of {node} to enter its namespace")
-        self.record.details.setdefault("namespaces", {})[node] = processes.mount_namespace(pid)
+        self.state.namespaces[node] = processes.mount_namespace(pid)
         registry.save(self.record)
 
     def _wait_for_nodes_up(self, nodes: list[str], timeout: float = START_TIMEOUT) -> None:
@@ -464,19 +457,18 @@ class LocalCluster:
         daemons = {key: self._ours(key) is not None for key in self.pids}
         controller_up = daemons.get("slurmctld", False) and self._slurm.ping()
         if controller_up:
-            nodes = [{"name": n.name, "state": n.state, "cpus": n.cpus, "gres": n.gres, "reason": n.reason}
-                     for n in self._slurm.nodes()]
+            nodes = slurm_nodes(self._slurm)
         else:
-            nodes = [{"name": n, "state": "unknown", "cpus": self.config.cpus_per_node, "gres": "",
-                      "reason": "slurmctld is not running"} for n in self.config.node_names]
+            nodes = tuple(NodeInfo(name=n, state="unknown", cpus=self.config.cpus_per_node, gres="",
+                                   reason="slurmctld is not running") for n in self.config.node_names)
         if not controller_up:
             status = "stopped"
-        elif all(daemons.values()) and all(n["state"].rstrip("*") not in ("down", "fail") for n in nodes):
+        elif all(daemons.values()) and all(n.state.rstrip("*") not in ("down", "fail") for n in nodes):
             status = "running"
         else:
             status = "degraded"
         return ClusterInfo(
-            name=self.name, provider=PROVIDER, status=status, created=self.record.created, nodes=tuple(nodes),
+            name=self.name, provider=PROVIDER, status=status, created=self.record.created, nodes=nodes,
             details={"slurm_conf": str(self.layout.slurm_conf), "directory": str(self.layout.root),
                      "ports": {"slurmctld": self.config.slurmctld_port, "slurmdbd": self.config.slurmdbd_port},
                      "daemons": daemons, "python": sys.executable,
@@ -491,7 +483,7 @@ class LocalCluster:
                          identity_file=str(self.layout.ssh_client_key), known_hosts_file=str(self.layout.known_hosts))
 
     def resize(self, queue: str, max_count: int, min_count: int | None = None, compute_resource: str | None = None,
-               progress: Progress = quiet) -> dict[str, Any]:
+               progress: Progress = quiet) -> ResizeResult:
         raise ClusterkitError(f"cluster {self.name!r} is a local cluster, whose size is fixed",
                               fix="delete it and create it again with the size you need (--nodes N)")
 

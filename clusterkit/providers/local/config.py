@@ -5,9 +5,11 @@ Same layout in, same text out; golden files pin the text. Nothing here touches t
 
 from __future__ import annotations
 
+from dataclasses import field
 from pathlib import Path
 
 from clusterkit.lean_dataclass import lean_dataclass
+from clusterkit.registry import JsonObject
 
 
 @lean_dataclass(frozen=True)
@@ -155,6 +157,66 @@ class LocalClusterConfig:
     def ports(self) -> list[int]:
         ports = [self.slurmctld_port, self.slurmdbd_port] + [self.slurmd_port(n) for n in self.node_names]
         return ports + ([self.sshd_port] if self.ssh else [])
+
+
+@lean_dataclass(frozen=True)
+class LocalPlanDetails:
+    """A local plan: the cluster's shape and ports, and the directory its files go to."""
+
+    config: LocalClusterConfig
+    directory: str
+
+    @property
+    def complete(self) -> bool:
+        return True
+
+    document = None  # no configuration file of the cluster's own to print or write (--output-config)
+    prerequisites_template = None
+
+    @property
+    def where(self) -> str:
+        return f"in {self.directory}"
+
+    def notes(self) -> tuple[str, ...]:
+        return ()
+
+    def summary_lines(self) -> tuple[str, ...]:
+        return ()
+
+    def plan_fields(self) -> JsonObject:
+        return {"details": {"directory": self.directory, "ports": list(self.config.ports)}}  # type: ignore[dict-item]
+
+
+@lean_dataclass
+class LocalClusterState:
+    """What a local cluster's record keeps: its shape, and the processes it started (pid, start time, and for a
+    node its mount namespace), so that describe and delete find exactly them."""
+
+    config: LocalClusterConfig
+    pids: dict[str, int] = field(default_factory=dict)
+    start_times: dict[str, str | None] = field(default_factory=dict)
+    namespaces: dict[str, str | None] = field(default_factory=dict)
+
+    def to_json(self) -> JsonObject:
+        config = self.config
+        return {"nodes": config.nodes, "cpus_per_node": config.cpus_per_node, "gpus_per_node": config.gpus_per_node,
+                "memory_mb_per_node": config.memory_mb_per_node, "base_port": config.base_port,
+                "controller_host": config.controller_host, "ssh": config.ssh, "pids": dict(self.pids),
+                "start_times": dict(self.start_times), "namespaces": dict(self.namespaces)}  # type: ignore[dict-item]
+
+    @classmethod
+    def from_json(cls, name: str, data: JsonObject) -> LocalClusterState:
+        config = LocalClusterConfig(
+            name=name, nodes=int(data["nodes"]), cpus_per_node=int(data["cpus_per_node"]),  # type: ignore[arg-type]
+            gpus_per_node=int(data["gpus_per_node"]),  # type: ignore[arg-type]
+            memory_mb_per_node=int(data["memory_mb_per_node"]), base_port=int(data["base_port"]),  # type: ignore
+            controller_host=str(data["controller_host"]), ssh=bool(data.get("ssh", False)))
+
+        def strings(key: str) -> dict[str, str | None]:
+            return {str(k): None if v is None else str(v) for k, v in (data.get(key) or {}).items()}  # type: ignore
+
+        return cls(config, pids={str(k): int(v) for k, v in (data.get("pids") or {}).items()},  # type: ignore
+                   start_times=strings("start_times"), namespaces=strings("namespaces"))
 
 
 def render_slurm_conf(config: LocalClusterConfig, layout: LocalLayout) -> str:

@@ -1,0 +1,82 @@
+"""Each provider declares its options once; every option given to the wrong provider is refused with a fix,
+through the CLI and the Python API alike, from those declarations."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+
+from clusterkit.errors import ClusterkitError
+from clusterkit.providers import PROVIDERS, provider_named
+from clusterkit.providers.plan import NEUTRAL, ClusterRequest
+
+# Every provider-specific create-cluster flag, a value for it, and the provider that takes it.
+FLAGS = [
+    (["--preset", "p4de"], "aws"), (["--file", "spec.yaml"], "aws"), (["--region", "us-east-1"], "aws"),
+    (["--subnet-id", "subnet-1"], "aws"), (["--head-subnet-id", "subnet-1"], "aws"),
+    (["--key-name", "k"], "aws"), (["--custom-ami", "ami-1"], "aws"), (["--identity-file", "/nope"], "aws"),
+    (["--output-config", "c.yaml"], "aws"), (["--output-prerequisites", "p.yaml"], "aws"),
+    (["--account-dry-run"], "aws"),
+    (["--nodes", "2"], "local"), (["--cpus-per-node", "4"], "local"), (["--gpus-per-node", "1"], "local"),
+    (["--ssh"], "local"),
+]
+OTHER = {"aws": "local", "local": "aws"}
+
+
+def run_cli(*args: str, home: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "clusterkit", *args], capture_output=True, text=True,
+                          env=dict(os.environ, CLUSTERKIT_HOME=home))
+
+
+@pytest.mark.parametrize(("flag", "owner"), FLAGS, ids=[flag[0] for flag, _ in FLAGS])
+def test_the_cli_refuses_another_providers_flag(tmp_path, flag: list[str], owner: str) -> None:
+    wrong = OTHER[owner]
+    dry_run = [] if flag == ["--account-dry-run"] else ["--dry-run"]
+    result = run_cli("create-cluster", "--name", "x", "--provider", wrong, *flag, *dry_run, home=str(tmp_path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert f"{flag[0]} is an option of provider {owner}, not {wrong}" in result.stderr
+    assert f"drop it, or use --provider {owner}" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_drift_of_head_subnet_and_identity_file_to_a_local_cluster_is_refused(tmp_path) -> None:
+    # Both once passed a local dry run silently while --region was refused.
+    result = run_cli("create-cluster", "--provider", "local", "--name", "x", "--head-subnet-id", "subnet-1",
+                     "--identity-file", "/nope", "--dry-run", home=str(tmp_path))
+    assert result.returncode == 1
+    assert "--head-subnet-id is an option of provider aws, not local" in result.stderr
+
+
+def _non_default(name: str) -> object:
+    default = next(f.default for f in dataclasses.fields(ClusterRequest) if f.name == name)
+    return {bool: True, int: 7, str: "x"}[type(default)] if default is not None else "x"
+
+
+DECLARED = [(option.field, name) for name in ("aws", "local") for option in provider_named(name).options
+            if option.field in {f.name for f in dataclasses.fields(ClusterRequest)}]
+
+
+@pytest.mark.parametrize(("field", "owner"), DECLARED, ids=[field for field, _ in DECLARED])
+def test_the_python_api_refuses_another_providers_field(field: str, owner: str) -> None:
+    wrong = OTHER[owner]
+    request = ClusterRequest(name="x", provider=wrong, **{field: _non_default(field)})
+    with pytest.raises(ClusterkitError) as raised:
+        provider_named(wrong).plan(request)
+    assert f"is an option of provider {owner}, not {wrong}" in raised.value.message
+    assert raised.value.fix == f"drop it, or use --provider {owner}"
+
+
+def test_every_request_field_is_declared_by_exactly_one_provider() -> None:
+    owners: dict[str, list[str]] = {}
+    for name in PROVIDERS:
+        for option in provider_named(name).options:
+            owners.setdefault(option.field, []).append(name)
+    fields = [f.name for f in dataclasses.fields(ClusterRequest) if f.name not in NEUTRAL]
+    assert {field: owners.get(field) for field in fields} == {field: [owners[field][0]] for field in fields}
+    flags = [option.flag for name in PROVIDERS for option in provider_named(name).options]
+    assert len(flags) == len(set(flags))
