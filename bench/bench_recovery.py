@@ -115,9 +115,9 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=2, help="busy loops beside the loaded run (default 2)")
     options = parser.parse_args()
     os.environ["CLUSTERKIT_HOME"] = tempfile.mkdtemp(prefix="ck-bench-")
-    from clusterkit.providers.local import LocalCluster
+    from clusterkit import ClusterRequest, create_cluster
 
-    cluster = LocalCluster.create("bench", nodes=4, cpus_per_node=2)
+    cluster = create_cluster(ClusterRequest("bench", provider="local", nodes=4, cpus_per_node=2))
     results = {}
     try:
         results["idle"] = one_recovery(cluster, options.checkpoint_every, options.steps)

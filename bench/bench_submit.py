@@ -30,10 +30,10 @@ def main() -> None:
 
     from clusterkit.jobs.submit import map_array, submit_function
     from clusterkit.jobs.tracking import tracker_for
-    from clusterkit.providers.local import LocalCluster
+    from clusterkit import ClusterRequest, create_cluster
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    cluster = LocalCluster.create("bench", nodes=4, cpus_per_node=4)
+    cluster = create_cluster(ClusterRequest("bench", provider="local", nodes=4, cpus_per_node=4))
     try:
         started = time.perf_counter()
         array = map_array(square, range(options.tasks), cluster="bench", time_minutes=5)

@@ -60,7 +60,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def local_cluster() -> Iterator[LocalCluster]:
     """A 4-node cluster with 2 CPUs and 8 fake GPUs per node and an sshd (for remote use), shared by the
     whole session."""
-    from clusterkit.providers.local.cluster import LocalCluster, check_prerequisites
+    from clusterkit import ClusterRequest, create_cluster
+    from clusterkit.providers.local.cluster import check_prerequisites
 
     try:
         check_prerequisites(ssh=True)
@@ -68,7 +69,8 @@ def local_cluster() -> Iterator[LocalCluster]:
         if os.environ.get("CI"):  # CI installs Slurm itself: a skip there would hide a broken install
             pytest.fail(f"no local Slurm cluster possible in CI: {error}")
         pytest.skip(f"no local Slurm cluster possible here: {error}")
-    cluster = LocalCluster.create(SHARED_CLUSTER, nodes=4, cpus_per_node=2, gpus_per_node=8, ssh=True)
+    cluster = create_cluster(ClusterRequest(SHARED_CLUSTER, provider="local", nodes=4, cpus_per_node=2,
+                                            gpus_per_node=8, ssh=True))
     try:
         yield cluster
     finally:
@@ -79,10 +81,11 @@ def local_cluster() -> Iterator[LocalCluster]:
 def own_cluster() -> Iterator[LocalCluster]:
     """A small cluster of the test's own (a second cluster beside the shared one, or one whose daemons
     the test stops); deleted afterwards, with no process left."""
+    from clusterkit import ClusterRequest, create_cluster
     from clusterkit.pids import pid_alive
     from clusterkit.providers.local.cluster import LocalCluster
 
-    cluster = LocalCluster.create("own", nodes=2)
+    cluster = create_cluster(ClusterRequest("own", provider="local", nodes=2))
     try:
         yield cluster
     finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit import registry
+from clusterkit import ClusterRequest, create_cluster, registry
 from clusterkit.errors import AlreadyExists
 from clusterkit.pids import pid_alive
 from clusterkit.providers.local import processes
@@ -99,7 +99,7 @@ def test_describe_cluster_json_has_the_documented_fields(local_cluster):
 
 def test_creating_the_same_cluster_twice_is_a_clear_error(local_cluster):
     with pytest.raises(AlreadyExists):
-        LocalCluster.create(local_cluster.name, nodes=1)
+        create_cluster(ClusterRequest(local_cluster.name, provider="local", nodes=1))
     result = clusterkit("create-cluster", "--provider", "local", "--name", local_cluster.name)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
@@ -184,7 +184,7 @@ def test_a_daemon_restarted_by_hand_is_still_seen_and_stopped_by_delete(own_clus
     assert again.describe().status == "running" and again._ours("slurmctld") == by_hand
     again.delete()
     assert not pid_alive(by_hand)
-    LocalCluster.create("own", nodes=1)  # for the fixture to delete
+    create_cluster(ClusterRequest("own", provider="local", nodes=1))  # for the fixture to delete
 
 
 def test_a_file_system_mounted_after_create_reaches_the_nodes(local_cluster, tmp_path):

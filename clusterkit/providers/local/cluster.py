@@ -17,7 +17,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
 
 from clusterkit import registry
 from clusterkit.errors import AlreadyExists, ClusterkitError, MissingDependency
@@ -223,16 +222,6 @@ class LocalCluster:
         return cls(ClusterRecord(name=config.name, provider=PROVIDER,
                                  created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                  details=LocalClusterState(config)))
-
-    @classmethod
-    def create(cls, name: str, nodes: int = 4, cpus_per_node: int = 2, gpus_per_node: int = 0,
-               memory_mb_per_node: int = 4000, ssh: bool = False, progress: Progress = quiet) -> LocalCluster:
-        """`providers.create_cluster` of a local cluster (for scripts and tests)."""
-        from clusterkit.providers import create_cluster
-
-        request = ClusterRequest(name=name, provider=PROVIDER, nodes=nodes, cpus_per_node=cpus_per_node,
-                                 gpus_per_node=gpus_per_node, memory_mb_per_node=memory_mb_per_node, ssh=ssh)
-        return cast(LocalCluster, create_cluster(request, progress))
 
     def slurm(self) -> Slurm:
         return self._slurm
