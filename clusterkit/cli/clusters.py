@@ -43,6 +43,16 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     local.add_argument("--ssh", action="store_true",
                        help="run an sshd for the head node on a local port, with a key made for the cluster: "
                             "the cluster can then be used as a remote one (`clusterkit connect`)")
+    local.add_argument("--timings", default="test", metavar="SET",
+                       help="Slurm's failure timers and node replacement: test (seconds, the default) or "
+                            "parallelcluster (ParallelCluster 3.16's: SlurmdTimeout=180, cred_expire=70, "
+                            "replacement every 60 s)")
+    local.add_argument("--replace-nodes", action=argparse.BooleanOptionalAction, default=None,
+                       help="replace a DOWN or DRAINED node with a fresh one, as clustermgtd does (default: on "
+                            "at parallelcluster timings, off at test timings)")
+    local.add_argument("--boot-delay", type=float, default=None, metavar="SECONDS",
+                       help="how long a replacement node takes to boot (default: 0 at test timings, 30 at "
+                            "parallelcluster timings)")
     source = create.add_argument_group("cluster spec (AWS)")
     source.add_argument("--preset", metavar="NAME", help="start from a preset: p4de, p4d, p5, trn1, trn1n, g5")
     source.add_argument("--file", metavar="SPEC.yaml", help="start from a cluster spec file")
@@ -128,7 +138,8 @@ def create_cluster(args: argparse.Namespace) -> int:
         name=args.name, provider=args.provider, preset=args.preset, spec_file=args.file, region=args.region,
         subnet_id=args.subnet_id, head_subnet_id=args.head_subnet_id, key_name=args.key_name,
         custom_ami=args.custom_ami, identity_file=args.identity_file, nodes=args.nodes,
-        cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node, ssh=args.ssh)
+        cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node, ssh=args.ssh,
+        timings=args.timings, replace_nodes=args.replace_nodes, boot_delay=args.boot_delay)
     provider = provider_named(request.provider_name)
     refuse_foreign_options(provider, (*request.given(), *(name for name in PLAN_ARGUMENTS
                                                           if getattr(args, name) not in (None, False))))

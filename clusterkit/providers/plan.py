@@ -54,6 +54,9 @@ class ClusterRequest:
     gpus_per_node: int = 0
     memory_mb_per_node: int = 4000
     ssh: bool = False  # an sshd for the head node, to reach the cluster as a remote one
+    timings: str = "test"  # Slurm's timers and node replacement: "test" (seconds) or "parallelcluster"
+    replace_nodes: bool | None = None  # replace failed nodes as clustermgtd does (None: as the timings say)
+    boot_delay: float | None = None  # seconds a replacement node takes to boot (None: as the timings say)
 
     @property
     def provider_name(self) -> str:

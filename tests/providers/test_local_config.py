@@ -1,17 +1,21 @@
 """The local cluster's files are pure renderings, pinned by golden files."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from clusterkit.providers.local.config import (
+    TIMINGS,
     LocalClusterConfig,
+    LocalClusterState,
     LocalLayout,
     render_gres_conf,
     render_hosts,
     render_mysql_conf,
     render_slurm_conf,
     render_slurmdbd_conf,
+    timings_named,
 )
 from tests.golden import assert_matches_golden
 
@@ -19,14 +23,16 @@ GOLDEN = Path(__file__).parent / "golden"
 LAYOUT = LocalLayout(Path("/ck/clusters/demo"))
 
 
-def config(nodes: int = 4, gpus: int = 8) -> LocalClusterConfig:
+def config(nodes: int = 4, gpus: int = 8, timings: str = "test") -> LocalClusterConfig:
     return LocalClusterConfig(name="demo", nodes=nodes, cpus_per_node=2, gpus_per_node=gpus,
-                              memory_mb_per_node=4000, base_port=24000, controller_host="head")
+                              memory_mb_per_node=4000, base_port=24000, controller_host="head",
+                              timings=TIMINGS[timings])
 
 
 @pytest.mark.parametrize("name, render", [
     ("slurm.conf", lambda: render_slurm_conf(config(), LAYOUT)),
     ("slurm-1node-nogpu.conf", lambda: render_slurm_conf(config(nodes=1, gpus=0), LAYOUT)),
+    ("slurm-parallelcluster.conf", lambda: render_slurm_conf(config(timings="parallelcluster"), LAYOUT)),
     ("gres.conf", lambda: render_gres_conf(config(), LAYOUT)),
     ("slurmdbd.conf", lambda: render_slurmdbd_conf(config(), LAYOUT)),
     ("my.cnf", lambda: render_mysql_conf(LAYOUT)),
@@ -51,3 +57,23 @@ def test_fast_failure_settings_are_on():
 def test_node_names_resolve_in_hosts_file():
     hosts = render_hosts(config(nodes=3))
     assert hosts.splitlines()[0].split()[1:] == ["localhost", "head", "n1", "n2", "n3"]
+
+
+def test_parallelcluster_timings_are_parallelcluster_3_16s_slurm_conf_and_clustermgtd_values():
+    # aws-parallelcluster-cookbook, slurm.conf.erb's TIMERS; clustermgtd.py's LOOP_TIME.
+    lines = render_slurm_conf(config(timings="parallelcluster"), LAYOUT).splitlines()
+    for setting in ("SlurmctldTimeout=300", "SlurmdTimeout=180", "UnkillableStepTimeout=180", "MessageTimeout=60",
+                    "KillWait=30", "MinJobAge=300", "InactiveLimit=0", "ReturnToService=1"):
+        assert setting in lines
+    assert any(line.endswith(",cred_expire=70") for line in lines if line.startswith("AuthInfo="))
+    assert not any(line.startswith("SchedulerParameters=") for line in lines)  # Slurm's defaults, as there
+    timings = TIMINGS["parallelcluster"]
+    assert (timings.replace_nodes, timings.replace_loop_s) == (True, 60.0)
+
+
+def test_timings_and_their_overrides_survive_the_record():
+    chosen = timings_named("parallelcluster", replace_nodes=False, boot_delay_s=7)
+    state = LocalClusterState(dataclasses.replace(config(), timings=chosen))
+    assert LocalClusterState.from_json("demo", state.to_json()).config.timings == chosen
+    old_record = {key: value for key, value in state.to_json().items() if key != "timings"}
+    assert LocalClusterState.from_json("demo", old_record).config.timings == TIMINGS["test"]

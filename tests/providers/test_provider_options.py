@@ -4,6 +4,7 @@ through the CLI and the Python API alike, from those declarations."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -22,7 +23,8 @@ FLAGS = [
     (["--output-config", "c.yaml"], "aws"), (["--output-prerequisites", "p.yaml"], "aws"),
     (["--account-dry-run"], "aws"),
     (["--nodes", "2"], "local"), (["--cpus-per-node", "4"], "local"), (["--gpus-per-node", "1"], "local"),
-    (["--ssh"], "local"),
+    (["--ssh"], "local"), (["--timings", "parallelcluster"], "local"), (["--replace-nodes"], "local"),
+    (["--no-replace-nodes"], "local"), (["--boot-delay", "5"], "local"),
 ]
 OTHER = {"aws": "local", "local": "aws"}
 
@@ -39,7 +41,8 @@ def test_the_cli_refuses_another_providers_flag(tmp_path, flag: list[str], owner
     result = run_cli("create-cluster", "--name", "x", "--provider", wrong, *flag, *dry_run, home=str(tmp_path))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
-    assert f"{flag[0]} is an option of provider {owner}, not {wrong}" in result.stderr
+    declared = flag[0].replace("--no-", "--")  # a negative flag is refused by the option's name
+    assert f"{declared} is an option of provider {owner}, not {wrong}" in result.stderr
     assert f"drop it, or use --provider {owner}" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -80,3 +83,24 @@ def test_every_request_field_is_declared_by_exactly_one_provider() -> None:
     assert {field: owners.get(field) for field in fields} == {field: [owners[field][0]] for field in fields}
     flags = [option.flag for name in PROVIDERS for option in provider_named(name).options]
     assert len(flags) == len(set(flags))
+
+
+@pytest.mark.parametrize(("flag", "said"), [
+    (["--timings", "prod"], "--timings 'prod' is not a set of timings (use one of: test, parallelcluster)"),
+    (["--boot-delay", "-3"], "--boot-delay -3 is out of range (give the seconds a replacement node takes to boot"),
+])
+def test_a_bad_timing_is_one_line_naming_it_and_the_fix(tmp_path, flag: list[str], said: str) -> None:
+    result = run_cli("create-cluster", "--provider", "local", "--name", "x", *flag, "--dry-run", home=str(tmp_path))
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and said in result.stderr, result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dry_run_shows_the_timings_it_would_write(tmp_path) -> None:
+    result = run_cli("create-cluster", "--provider", "local", "--name", "x", "--timings", "parallelcluster",
+                     "--boot-delay", "12", "--dry-run", "--output", "json", home=str(tmp_path))
+    plan = json.loads(result.stdout)
+    assert plan["details"]["timings"] == {"name": "parallelcluster", "SlurmdTimeout": 180, "MessageTimeout": 60,
+                                          "cred_expire": 70, "replace_nodes": True, "replace_loop_s": 60.0,
+                                          "boot_delay_s": 12.0}
+    conf = next(text for path, text in plan["files"].items() if path.endswith("slurm.conf"))
+    assert "SlurmdTimeout=180" in conf.splitlines()

@@ -25,16 +25,19 @@ from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, Resiz
 from clusterkit.providers.local import processes
 from clusterkit.providers.local.config import (
     SSHD_PRIVSEP_DIR,
+    TIMINGS,
     LocalClusterConfig,
     LocalClusterState,
     LocalLayout,
     LocalPlanDetails,
+    Timings,
     render_gres_conf,
     render_hosts,
     render_mysql_conf,
     render_slurm_conf,
     render_slurmdbd_conf,
     render_sshd_config,
+    timings_named,
 )
 from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, refuse_foreign_options
 from clusterkit.registry import ClusterRecord, JsonObject
@@ -105,12 +108,14 @@ class LocalProvider:
     name = PROVIDER
     options = (Option("nodes", "--nodes"), Option("cpus_per_node", "--cpus-per-node"),
                Option("gpus_per_node", "--gpus-per-node"), Option("memory_mb_per_node", "memory_mb_per_node"),
-               Option("ssh", "--ssh"))
+               Option("ssh", "--ssh"), Option("timings", "--timings"), Option("replace_nodes", "--replace-nodes"),
+               Option("boot_delay", "--boot-delay"))
 
     def plan(self, request: ClusterRequest) -> ClusterPlan[LocalPlanDetails]:
         refuse_foreign_options(self, request.given())
+        timings = timings_named(request.timings, request.replace_nodes, request.boot_delay)
         cluster = LocalCluster._new(request.name, request.nodes, request.cpus_per_node, request.gpus_per_node,
-                                    request.memory_mb_per_node, request.ssh)
+                                    request.memory_mb_per_node, request.ssh, timings)
         share = [] if processes.root_mount_is_shared() else [shlex.join(processes.SHARE_ROOT_COMMAND)]
         return ClusterPlan(
             provider=PROVIDER, name=request.name,
@@ -199,7 +204,7 @@ class LocalCluster:
     # ----- create -------------------------------------------------------------------------------
     @classmethod
     def _new(cls, name: str, nodes: int, cpus_per_node: int, gpus_per_node: int,
-             memory_mb_per_node: int, ssh: bool = False) -> LocalCluster:
+             memory_mb_per_node: int, ssh: bool = False, timings: Timings = TIMINGS["test"]) -> LocalCluster:
         """A cluster object with its ports chosen, not yet saved or started."""
         registry.check_cluster_name(name)
         if nodes < 1 or cpus_per_node < 1 or gpus_per_node < 0:
@@ -215,7 +220,7 @@ class LocalCluster:
         return cls.from_config(LocalClusterConfig(
             name=name, nodes=nodes, cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node,
             memory_mb_per_node=memory_mb_per_node, base_port=base_port,
-            controller_host=socket.gethostname().split(".")[0], ssh=ssh))
+            controller_host=socket.gethostname().split(".")[0], ssh=ssh, timings=timings))
 
     @classmethod
     def from_config(cls, config: LocalClusterConfig) -> LocalCluster:
@@ -460,7 +465,7 @@ class LocalCluster:
             name=self.name, provider=PROVIDER, status=status, created=self.record.created, nodes=nodes,
             details={"slurm_conf": str(self.layout.slurm_conf), "directory": str(self.layout.root),
                      "ports": {"slurmctld": self.config.slurmctld_port, "slurmdbd": self.config.slurmdbd_port},
-                     "daemons": daemons, "python": sys.executable,
+                     "daemons": daemons, "python": sys.executable, "timings": self.config.timings.describe(),
                      **({"ssh": self.ssh_target().to_dict()} if self.config.ssh else {})},
             where=f"with {self.config.nodes} nodes; use Slurm directly: export SLURM_CONF={self.layout.slurm_conf}")
 

@@ -5,9 +5,11 @@ Same layout in, same text out; golden files pin the text. Nothing here touches t
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import field
 from pathlib import Path
 
+from clusterkit.errors import ClusterkitError
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.registry import JsonObject
 
@@ -117,6 +119,84 @@ class LocalLayout:
 
 
 @lean_dataclass(frozen=True)
+class Timings:
+    """How fast a local cluster notices and handles failures: Slurm's timers, and the node replacer's loop.
+
+    Two named sets: `test` (seconds: a dead node is down in ~8 s, a requeued job starts again at once) and
+    `parallelcluster`, ParallelCluster 3.16's own values (its cookbook's slurm.conf.erb "TIMERS" block;
+    clustermgtd's LOOP_TIME 60 s, which replaces static nodes DOWN or DRAINED)."""
+
+    name: str
+    slurmd_timeout: int  # s without an answer before slurmctld marks a node down
+    message_timeout: int
+    cred_expire: int  # s a requeued job waits before it may start again
+    kill_wait: int
+    slurmctld_timeout: int | None = None  # None: Slurm's default, not written
+    unkillable_step_timeout: int | None = None
+    scheduler_parameters: str | None = None
+    replace_nodes: bool = False  # whether the replacer daemon runs (clustermgtd's job)
+    replace_loop_s: float = 1.0  # how often the replacer looks for failed nodes
+    boot_delay_s: float = 0.0  # how long a replacement node takes to "boot"
+
+    def slurm_conf_lines(self) -> list[str]:
+        """slurm.conf's failure-handling lines (cred_expire goes into AuthInfo, with the munge socket)."""
+        lines = ["ReturnToService=1", "JobRequeue=1"]
+        if self.slurmctld_timeout is not None:
+            lines.append(f"SlurmctldTimeout={self.slurmctld_timeout}")
+        lines += [f"SlurmdTimeout={self.slurmd_timeout}", f"MessageTimeout={self.message_timeout}"]
+        if self.unkillable_step_timeout is not None:
+            lines.append(f"UnkillableStepTimeout={self.unkillable_step_timeout}")
+        lines += [f"KillWait={self.kill_wait}", "InactiveLimit=0", "MinJobAge=300"]
+        if self.scheduler_parameters:
+            lines.append(f"SchedulerParameters={self.scheduler_parameters}")
+        return lines
+
+    def describe(self) -> JsonObject:
+        """What describe-cluster and a dry run show: the name, the timers that decide how long a failure
+        costs, and what the replacer does."""
+        shown = {"name": self.name, "SlurmdTimeout": self.slurmd_timeout, "MessageTimeout": self.message_timeout,
+                 "cred_expire": self.cred_expire, "replace_nodes": self.replace_nodes}
+        if self.replace_nodes:
+            shown |= {"replace_loop_s": self.replace_loop_s, "boot_delay_s": self.boot_delay_s}
+        return shown  # type: ignore[return-value]
+
+    def to_json(self) -> JsonObject:
+        return {"name": self.name, "replace_nodes": self.replace_nodes, "boot_delay_s": self.boot_delay_s}
+
+    @classmethod
+    def from_json(cls, data: JsonObject | None) -> Timings:
+        """The saved choice (a name and the two values a create may override); a record from before
+        timings existed ran at test timings."""
+        if not data:
+            return TIMINGS["test"]
+        named = TIMINGS[str(data["name"])]
+        return dataclasses.replace(named, replace_nodes=bool(data["replace_nodes"]),
+                                   boot_delay_s=float(data["boot_delay_s"]))  # type: ignore[arg-type]
+
+
+TIMINGS = {
+    "test": Timings("test", slurmd_timeout=5, message_timeout=5, cred_expire=5, kill_wait=5,
+                    scheduler_parameters="bf_interval=1,sched_interval=2"),
+    "parallelcluster": Timings("parallelcluster", slurmd_timeout=180, message_timeout=60, cred_expire=70,
+                               kill_wait=30, slurmctld_timeout=300, unkillable_step_timeout=180,
+                               replace_nodes=True, replace_loop_s=60.0, boot_delay_s=30.0),
+}
+
+
+def timings_named(name: str, replace_nodes: bool | None = None, boot_delay_s: float | None = None) -> Timings:
+    """A named set of timings with a create's overrides; a bad value is one error naming it and the fix."""
+    if name not in TIMINGS:
+        raise ClusterkitError(f"--timings {name!r} is not a set of timings",
+                              fix=f"use one of: {', '.join(TIMINGS)}")
+    if boot_delay_s is not None and not 0 <= boot_delay_s <= 3600:
+        raise ClusterkitError(f"--boot-delay {boot_delay_s:g} is out of range",
+                              fix="give the seconds a replacement node takes to boot, 0 to 3600")
+    named = TIMINGS[name]
+    return dataclasses.replace(named, replace_nodes=named.replace_nodes if replace_nodes is None else replace_nodes,
+                               boot_delay_s=named.boot_delay_s if boot_delay_s is None else float(boot_delay_s))
+
+
+@lean_dataclass(frozen=True)
 class LocalClusterConfig:
     """What a local cluster is: its name, nodes and the ports its daemons listen on."""
 
@@ -128,6 +208,7 @@ class LocalClusterConfig:
     base_port: int  # slurmctld; slurmdbd is base+1; slurmd of node k is base+1+k; sshd after them
     controller_host: str  # this machine's short host name: slurmctld checks it
     ssh: bool = False  # an sshd for the head node (`create-cluster --ssh`): the cluster reached from afar
+    timings: Timings = field(default_factory=lambda: TIMINGS["test"])
 
     @property
     def node_names(self) -> list[str]:
@@ -184,7 +265,8 @@ class LocalPlanDetails:
         return ()
 
     def plan_fields(self) -> JsonObject:
-        return {"details": {"directory": self.directory, "ports": list(self.config.ports)}}  # type: ignore[dict-item]
+        return {"details": {"directory": self.directory, "ports": list(self.config.ports),  # type: ignore[dict-item]
+                            "timings": self.config.timings.describe()}}
 
 
 @lean_dataclass
@@ -201,7 +283,8 @@ class LocalClusterState:
         config = self.config
         return {"nodes": config.nodes, "cpus_per_node": config.cpus_per_node, "gpus_per_node": config.gpus_per_node,
                 "memory_mb_per_node": config.memory_mb_per_node, "base_port": config.base_port,
-                "controller_host": config.controller_host, "ssh": config.ssh, "pids": dict(self.pids),
+                "controller_host": config.controller_host, "ssh": config.ssh, "timings": config.timings.to_json(),
+                "pids": dict(self.pids),
                 "start_times": dict(self.start_times), "namespaces": dict(self.namespaces)}  # type: ignore[dict-item]
 
     @classmethod
@@ -210,7 +293,8 @@ class LocalClusterState:
             name=name, nodes=int(data["nodes"]), cpus_per_node=int(data["cpus_per_node"]),  # type: ignore[arg-type]
             gpus_per_node=int(data["gpus_per_node"]),  # type: ignore[arg-type]
             memory_mb_per_node=int(data["memory_mb_per_node"]), base_port=int(data["base_port"]),  # type: ignore
-            controller_host=str(data["controller_host"]), ssh=bool(data.get("ssh", False)))
+            controller_host=str(data["controller_host"]), ssh=bool(data.get("ssh", False)),
+            timings=Timings.from_json(data.get("timings")))  # type: ignore[arg-type]
 
         def strings(key: str) -> dict[str, str | None]:
             return {str(k): None if v is None else str(v) for k, v in (data.get(key) or {}).items()}  # type: ignore
@@ -232,11 +316,11 @@ def render_slurm_conf(config: LocalClusterConfig, layout: LocalLayout) -> str:
         f"SlurmctldPort={config.slurmctld_port}",
         "SlurmUser=root",
         "SlurmdUser=root",
-        # Our own munged, on its own key and socket; short credential lifetime so that a requeued
-        # job is eligible again within seconds, not two minutes.
+        # Our own munged, on its own key and socket; the credential lifetime is the timings' (a requeued
+        # job waits that long before it may start again).
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={layout.munge_socket},cred_expire=5",
+        f"AuthInfo=socket={layout.munge_socket},cred_expire={config.timings.cred_expire}",
         f"StateSaveLocation={layout.state}",
         f"SlurmdSpoolDir={layout.spool}/%n",
         f"SlurmctldPidFile={layout.pid_file('slurmctld')}",
@@ -254,15 +338,7 @@ def render_slurm_conf(config: LocalClusterConfig, layout: LocalLayout) -> str:
         "SlurmdParameters=config_overrides",
         "MpiDefault=none",
         "MailProg=/bin/true",
-        "ReturnToService=1",
-        "JobRequeue=1",
-        # Fast failure handling: a dead node is noticed in seconds, jobs requeue quickly.
-        "SlurmdTimeout=5",
-        "MessageTimeout=5",
-        "KillWait=5",
-        "InactiveLimit=0",
-        "MinJobAge=300",
-        "SchedulerParameters=bf_interval=1,sched_interval=2",
+        *config.timings.slurm_conf_lines(),
         "AccountingStorageType=accounting_storage/slurmdbd",
         "AccountingStorageHost=localhost",
         f"AccountingStoragePort={config.slurmdbd_port}",
