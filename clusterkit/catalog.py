@@ -25,7 +25,11 @@ class InstanceType:
     accelerator_model: str = ""
     accelerator_count: int = 0  # GPUs, or Trainium/Inferentia chips
     accelerator_memory_gib: int = 0  # per accelerator
-    neuron_cores: int = 0  # per instance
+    neuron_cores: int = 0  # physical NeuronCores per instance
+    # The logical NeuronCore sizes the Neuron runtime takes (NEURON_LOGICAL_NC_CONFIG: physical cores per
+    # logical one), its default first. Trainium2 groups two by default (AWS Neuron, "Logical NeuronCore
+    # configuration": a trn2.48xlarge presents 64 NeuronCores); earlier chips have only 1.
+    logical_nc_configs: tuple[int, ...] = (1,)
     efa_interfaces: int = 0  # maximum EFA network cards
     network_gbps: int = 0
     nvme_gb: int = 0
@@ -39,9 +43,14 @@ class InstanceType:
 
     @property
     def processes_per_node(self) -> int:
-        """Training processes per node: one per GPU or NeuronCore, else one."""
+        """Training processes per node: one per GPU or NeuronCore (logical, at the default size), else one."""
+        return self.processes()
+
+    def processes(self, logical_nc_config: int | None = None) -> int:
+        """Training processes per node with NeuronCores of `logical_nc_config` physical ones (None: the
+        default size): one per GPU or NeuronCore the runtime exposes, else one."""
         if self.accelerator == "neuron":
-            return self.neuron_cores
+            return self.neuron_cores // (logical_nc_config or self.logical_nc_configs[0])
         return self.accelerator_count or 1
 
 
@@ -68,8 +77,8 @@ INSTANCE_TYPES: dict[str, InstanceType] = _types(
                  network_gbps=800, nvme_gb=7600, device_rdma=True, price_per_hour=21.50),
     InstanceType("trn1n.32xlarge", 128, 512, "neuron", "Trainium", 16, 32, neuron_cores=32, efa_interfaces=16,
                  network_gbps=1600, nvme_gb=7600, device_rdma=True, price_per_hour=24.78),
-    InstanceType("trn2.48xlarge", 192, 2048, "neuron", "Trainium2", 16, 96, neuron_cores=128, efa_interfaces=16,
-                 network_gbps=3200, nvme_gb=7600, device_rdma=True, price_per_hour=None),
+    InstanceType("trn2.48xlarge", 192, 2048, "neuron", "Trainium2", 16, 96, neuron_cores=128, logical_nc_configs=(2, 1),
+                 efa_interfaces=16, network_gbps=3200, nvme_gb=7600, device_rdma=True, price_per_hour=None),
     InstanceType("g5.xlarge", 4, 16, "gpu", "A10G", 1, 24, network_gbps=10, nvme_gb=250, price_per_hour=1.006),
     InstanceType("g5.8xlarge", 32, 128, "gpu", "A10G", 1, 24, efa_interfaces=1, network_gbps=25, nvme_gb=900,
                  price_per_hour=2.448),

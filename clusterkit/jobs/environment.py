@@ -8,9 +8,10 @@ aws-ofi-nccl and NCCL; docs/reference-parity.md lists every setting with its sou
 - aws-ofi-nccl 1.6.x (or libfabric < 1.18): also FI_EFA_USE_DEVICE_RDMA=1 on RDMA-capable types;
 - aws-ofi-nccl <= 1.5: also NCCL_PROTO=simple;
 - EFA installer < 1.29.1 with NCCL >= 2.19: FI_EFA_SET_CUDA_SYNC_MEMOPS=0 (else memory registration fails);
-- AWS's NCCL tuner: aws-ofi-nccl 1.8-1.15 ships it as its own library, which NCCL >= 2.19 loads only
-  when NCCL_TUNER_PLUGIN names it; from 1.16 it is inside the net plugin, which NCCL >= 2.21 searches
-  by itself, so only NCCL 2.19-2.20 still need the variable.
+- AWS's NCCL tuner: NCCL_TUNER_PLUGIN names it where NCCL and the plugin share a tuner interface and NCCL
+  would not find it by itself (`stack_versions.tuner_interface`, `nccl_finds_tuner`): aws-ofi-nccl 1.8-1.15
+  ship it as a library of their own; from 1.16 it is inside the net plugin, which NCCL >= 2.21 searches.
+- Trainium2: NEURON_LOGICAL_NC_CONFIG, the logical NeuronCore size the ranks per node are counted in.
 No RDMAV_* variable is ever set. The job spec's own `env` overrides every preset.
 """
 
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 from clusterkit import runtime
 from clusterkit.catalog import InstanceType
 from clusterkit.lean_dataclass import lean_dataclass
+from clusterkit.stack_versions import nccl_finds_tuner, tuner_interface
 from clusterkit.versions import version_tuple
 
 if TYPE_CHECKING:
@@ -37,7 +39,7 @@ NCCL_SOCKET_IFNAME = "^docker,lo,veth"
 OFI_NCCL_TUNER_LIBRARY = "libnccl-ofi-tuner.so"
 # The compiler flags of the AWS NeuronX Distributed training samples (transformer, LLM training).
 NEURON_CC_FLAGS = "--model-type=transformer --distribution-strategy=llm-training"
-# NCCL settings aws-ofi-nccl's tuner refuses to work with (1.8-1.16: NCCL fails; 1.17+: tuner off).
+# NCCL settings AWS's tuner may refuse (stack_versions.tuner_outcome): with them, the tuner is never named.
 TUNER_CONFLICTS = ("NCCL_ALGO", "NCCL_PROTO")
 
 
@@ -52,20 +54,20 @@ class JobEnvironment:
 
 
 def instance_environment(instance: InstanceType | None, *, aws_ofi_nccl: str | None = None,
-                         libfabric: str | None = None, nccl: str | None = None,
-                         efa_installer: str | None = None) -> JobEnvironment:
-    """Presets for one instance type; None (CPU nodes, the local cluster) gets none."""
+                         libfabric: str | None = None, nccl: str | None = None, efa_installer: str | None = None,
+                         logical_nc_config: int | None = None) -> JobEnvironment:
+    """Presets for one instance type; None (CPU nodes, the local cluster) gets none. `logical_nc_config`:
+    Trainium2's logical NeuronCore size (None: the instance's default)."""
     if instance is None or instance.accelerator == "none":
         return JobEnvironment()
     family = instance.name.split(".")[0]
     if instance.accelerator == "neuron":
-        return _neuron_environment(instance)
+        return _neuron_environment(instance, logical_nc_config)
     variables = {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": NCCL_SOCKET_IFNAME}
     summary = f"NCCL on {instance.name}"
     library_dirs: tuple[str, ...] = ()
     if instance.efa:
-        variables.update(_efa_variables(instance.device_rdma, version_tuple(aws_ofi_nccl), version_tuple(libfabric),
-                                        version_tuple(nccl), version_tuple(efa_installer)))
+        variables.update(_efa_variables(instance.device_rdma, aws_ofi_nccl, libfabric, nccl, efa_installer))
         library_dirs = OFI_NCCL_LIBRARY_DIRS
         summary += (f" over EFA (aws-ofi-nccl {aws_ofi_nccl or 'current'}, libfabric {libfabric or 'current'}, "
                     f"NCCL {nccl or 'current'}, EFA installer {efa_installer or 'current'})")
@@ -75,37 +77,34 @@ def instance_environment(instance: InstanceType | None, *, aws_ofi_nccl: str | N
     return JobEnvironment(dict(sorted(variables.items())), library_dirs, summary)
 
 
-def _efa_variables(device_rdma: bool, ofi_nccl: tuple[int, ...] | None, libfabric: tuple[int, ...] | None,
-                   nccl: tuple[int, ...] | None, efa_installer: tuple[int, ...] | None) -> dict[str, str]:
+def _efa_variables(device_rdma: bool, aws_ofi_nccl: str | None, libfabric: str | None, nccl: str | None,
+                   efa_installer: str | None) -> dict[str, str]:
     variables = {"FI_PROVIDER": "efa", "FI_EFA_USE_HUGE_PAGE": "0"}
+    ofi_nccl, fabric = version_tuple(aws_ofi_nccl), version_tuple(libfabric)
+    nccl_version, installer = version_tuple(nccl), version_tuple(efa_installer)
     old_plugin = ofi_nccl is not None and ofi_nccl < (1, 7)
-    old_libfabric = libfabric is not None and libfabric < (1, 18)
+    old_libfabric = fabric is not None and fabric < (1, 18)
     if (old_plugin or old_libfabric) and device_rdma:
         variables["FI_EFA_USE_DEVICE_RDMA"] = "1"
     if ofi_nccl is not None and ofi_nccl < (1, 6):
         variables["NCCL_PROTO"] = "simple"
-    new_nccl = nccl is None or nccl >= (2, 19)
-    if efa_installer is not None and efa_installer < (1, 29, 1) and new_nccl:
+    new_nccl = nccl_version is None or nccl_version >= (2, 19)
+    if installer is not None and installer < (1, 29, 1) and new_nccl:
         variables["FI_EFA_SET_CUDA_SYNC_MEMOPS"] = "0"
-    if tuner_needs_variable(ofi_nccl, nccl):
+    if tuner_interface(aws_ofi_nccl, nccl) is not None and not nccl_finds_tuner(aws_ofi_nccl, nccl):
         variables["NCCL_TUNER_PLUGIN"] = OFI_NCCL_TUNER_LIBRARY
     return variables
 
 
-def tuner_needs_variable(ofi_nccl: tuple[int, ...] | None, nccl: tuple[int, ...] | None) -> bool:
-    """Whether NCCL loads AWS's tuner only when NCCL_TUNER_PLUGIN names it (None: a current version)."""
-    if (nccl is not None and nccl < (2, 19)) or (ofi_nccl is not None and ofi_nccl < (1, 8)):
-        return False  # no tuner interface in NCCL, or no tuner in the plugin
-    if ofi_nccl is not None and ofi_nccl < (1, 16):
-        return True  # a library of its own, which no NCCL looks for by itself
-    return nccl is not None and nccl < (2, 21)  # in the net plugin: NCCL >= 2.21 finds it there
-
-
-def _neuron_environment(instance: InstanceType) -> JobEnvironment:
+def _neuron_environment(instance: InstanceType, logical_nc_config: int | None) -> JobEnvironment:
     # Many Neuron processes per node: cap glibc malloc arenas to keep host memory in check. Softmax
     # fusion and 3 requests in flight are the NeuronX Distributed training samples' settings.
     variables = {"MALLOC_ARENA_MAX": "64", "NEURON_FUSE_SOFTMAX": "1",
                  "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS": "3"}
+    if len(instance.logical_nc_configs) > 1:
+        # Pinned, even at the default: the ranks per node are counted in these logical cores, and an image
+        # or AMI with another default would expose a different number of them.
+        variables["NEURON_LOGICAL_NC_CONFIG"] = str(logical_nc_config or instance.logical_nc_configs[0])
     if instance.efa:
         variables.update({"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1"})
         if instance.device_rdma:
@@ -142,7 +141,8 @@ def job_environment(spec: JobSpec) -> JobEnvironment:
     """Everything a job exports: instance presets, launcher settings, run identity, then the spec's env."""
     stack = spec.stack
     preset = instance_environment(spec.instance_facts, aws_ofi_nccl=stack.aws_ofi_nccl, libfabric=stack.libfabric,
-                                  nccl=stack.nccl, efa_installer=stack.efa_installer)
+                                  nccl=stack.nccl, efa_installer=stack.efa_installer,
+                                  logical_nc_config=spec.launcher.logical_nc_config)
     variables = dict(preset.variables)
     if any(name in spec.env for name in TUNER_CONFLICTS):
         variables.pop("NCCL_TUNER_PLUGIN", None)  # the tuner would refuse to load (the rules warn)

@@ -190,6 +190,9 @@ class Launcher:
     # neuron: arguments for the compile pass; each option replaces the training argument of the same name
     compile_args: tuple[str, ...] = field(default=(), metadata=field_options(multiline=True))
     compile_cache: str = DEFAULT_NEURON_CACHE_DIR  # neuron: compiler cache on shared storage
+    # Trainium2: physical NeuronCores per logical one (NEURON_LOGICAL_NC_CONFIG, 1 or 2), which sets the ranks
+    # per node (trn2.48xlarge: 64 at 2, 128 at 1). None: the instance's default (2 on trn2).
+    logical_nc_config: int | None = None
 
 
 @lean_dataclass(frozen=True)
@@ -240,7 +243,7 @@ class JobSpec:
     # of the cluster's partition, resolved when the job is planned.
     instance: str | None = field(default=None, metadata=field_options(short=_instance_name))
     gpus_per_node: int | None = None  # renders --gpus-per-node; only when asked for
-    processes_per_node: int | None = None  # default: one per GPU or NeuronCore, else one
+    processes_per_node: int | None = None  # default: one per GPU or (logical) NeuronCore, else one
     container: Container = field(default_factory=Container)
     workdir: str | None = None
     launcher: Launcher = field(default_factory=Launcher)
@@ -269,7 +272,7 @@ class JobSpec:
         if self.gpus_per_node:
             return self.gpus_per_node
         facts = self.instance_facts
-        return facts.processes_per_node if facts else 1
+        return facts.processes(self.launcher.logical_nc_config) if facts else 1
 
 
 SHORT_FORMS = {Command: _command_words, Launcher: _launcher_kind, Mount: _mount_text}

@@ -13,12 +13,13 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from clusterkit.findings import CONTROL_RE, Finding, error, shorten, similar_names, warning
+from clusterkit.findings import CONTROL_RE, Finding, Level, error, shorten, similar_names, warning
 from clusterkit.jobs.spec import (CPU_INSTANCE, DEFAULT_NEURON_CACHE_DIR, DEFAULT_OUTPUT, LAUNCHERS, RUNTIMES,
                                   WARNING_SIGNALS, JobSpec, parse_warning)
 from clusterkit.registry import CLUSTER_NAME_RE
 from clusterkit.rules import RuleBook
 from clusterkit.spec_reader import control_characters, load
+from clusterkit.stack_versions import COMPONENT_NAMES, TUNER_SOURCE, TunerOutcome, tuner_outcome, unmet_floors
 from clusterkit.versions import version_tuple
 
 JOB_RULES: RuleBook[JobSpec] = RuleBook("job")
@@ -289,9 +290,11 @@ def resources(spec: JobSpec) -> Iterator[Finding]:
                           "ParallelCluster, where a job gets whole nodes", "remove gpus_per_node", spec.gpus_per_node)
     if spec.processes_per_node is not None and spec.processes_per_node < 1:
         yield error("processes_per_node", "must be at least 1", "write a number >= 1", spec.processes_per_node)
-    elif facts is not None and facts.accelerator != "none" and spec.processes > facts.processes_per_node:
+    elif facts is not None and facts.accelerator != "none" and spec.processes > facts.processes(
+            spec.launcher.logical_nc_config):
         yield warning("processes_per_node", f"more processes than {facts.name} has GPUs or NeuronCores "
-                      f"({facts.processes_per_node})", "use one process per accelerator", spec.processes)
+                      f"({facts.processes(spec.launcher.logical_nc_config)})", "use one process per accelerator",
+                      spec.processes)
     if facts is not None and facts.accelerator != "none" and spec.nodes > 1 and not spec.exclusive:
         yield warning("exclusive", "multi-node training on nodes other jobs may share", "set exclusive: true")
 
@@ -457,41 +460,72 @@ def stack_versions(spec: JobSpec) -> Iterator[Finding]:
 
 
 @rule
-def nccl_settings(spec: JobSpec) -> Iterator[Finding]:
-    """What the AWS EFA cheat-sheet and aws-ofi-nccl's sources say about versions and NCCL settings."""
+def stack_floors(spec: JobSpec) -> Iterator[Finding]:
+    """The version floors of the stack's table (`stack_versions.FLOORS`) on the job's instance type, each
+    finding with the row's source."""
     facts = spec.instance_facts
-    if facts is None or facts.accelerator != "gpu":
+    if facts is None or facts.accelerator != "gpu" or not facts.efa:
         return
-    ofi, nccl = version_tuple(spec.stack.aws_ofi_nccl), version_tuple(spec.stack.nccl)
-    if facts.name.startswith("p5") and ofi is not None:
-        if ofi < (1, 7, 2):
-            yield error("stack.aws_ofi_nccl", f"{facts.name} needs aws-ofi-nccl 1.7.2 or later",
-                        "use aws-ofi-nccl 1.7.3 or later (the EFA cheat-sheet's advice for p5)",
-                        spec.stack.aws_ofi_nccl)
-        elif ofi < (1, 7, 3):
-            yield warning("stack.aws_ofi_nccl", f"aws-ofi-nccl 1.7.3 or later is recommended on {facts.name}",
-                          "upgrade aws-ofi-nccl", spec.stack.aws_ofi_nccl)
-    if facts.name.startswith("p5") and nccl is not None:
-        if nccl < (2, 18):
-            yield error("stack.nccl", f"{facts.name} needs NCCL 2.18 or later", "use NCCL 2.18.5 or later",
-                        spec.stack.nccl)
-        elif nccl < (2, 18, 5):
-            yield warning("stack.nccl", f"NCCL 2.18.5 or later is recommended on {facts.name}", "upgrade NCCL",
-                          spec.stack.nccl)
+    versions = {component: getattr(spec.stack, component) for component in COMPONENT_NAMES}
+    for floor in unmet_floors(facts.name.split(".")[0], versions):
+        name, have = COMPONENT_NAMES[floor.component], versions[floor.component]
+        if floor.level is Level.ERROR:
+            yield error(f"stack.{floor.component}", f"{facts.name} needs {name} {floor.minimum} or later, not "
+                        f"{have}: {floor.problem} ({floor.source})", f"use {name} {floor.minimum} or later", have)
+        else:
+            yield warning(f"stack.{floor.component}", f"{name} {floor.minimum} or later is recommended on "
+                          f"{facts.name}, not {have}: {floor.problem} ({floor.source})",
+                          f"upgrade {name} to {floor.minimum} or later", have)
+
+
+@rule
+def nccl_tuner(spec: JobSpec) -> Iterator[Finding]:
+    """NCCL_ALGO / NCCL_PROTO beside AWS's NCCL tuner, by the interface NCCL and aws-ofi-nccl share
+    (`stack_versions.tuner_outcome`)."""
+    facts = spec.instance_facts
     set_by_user = [name for name in ("NCCL_ALGO", "NCCL_PROTO") if name in spec.env]
-    if not set_by_user or not facts.efa or (nccl is not None and nccl < (2, 19)):
+    if facts is None or facts.accelerator != "gpu" or not facts.efa or not set_by_user:
         return
-    what = " and ".join(set_by_user)
-    if ofi is not None and (1, 8) <= ofi < (1, 17):
-        # aws-ofi-nccl 1.8-1.16: the tuner refuses to start and NCCL fails (invalid usage) where it loads.
-        refused = ofi >= (1, 16) and (nccl is None or nccl >= (2, 21))
-        yield (error if refused else warning)(
-            f"env.{set_by_user[0]}", f"with {what} set, aws-ofi-nccl {spec.stack.aws_ofi_nccl}'s tuner refuses to "
-            "load and NCCL fails to initialise; clusterkit leaves the tuner off",
-            f"remove {what} (the tuner picks algorithms and protocols)", spec.env[set_by_user[0]])
-    elif ofi is None or ofi >= (1, 17):
-        yield warning(f"env.{set_by_user[0]}", f"{what} turns aws-ofi-nccl's tuner off (NCCL's own tuning "
-                      "is used)", f"remove {what} unless you measured it is faster", spec.env[set_by_user[0]])
+    outcome = tuner_outcome(spec.stack.aws_ofi_nccl, spec.stack.nccl)
+    if outcome is None:
+        return  # no tuner interface the two share: nothing of AWS's tuner runs
+    what, path, value = " and ".join(set_by_user), f"env.{set_by_user[0]}", spec.env[set_by_user[0]]
+    versions = f"NCCL {spec.stack.nccl or '(current)'} with aws-ofi-nccl {spec.stack.aws_ofi_nccl or '(current)'}"
+    if outcome is TunerOutcome.FAILS:
+        yield error(path, f"with {what} set, {versions} fails to initialise wherever the tuner is named "
+                    "(NCCL_TUNER_PLUGIN, from an image or the submitting shell; clusterkit leaves it out): the "
+                    f"plugin's v1 tuner, which NCCL 2.19-2.20 load, refuses them ({TUNER_SOURCE})",
+                    f"remove {what} (the tuner picks algorithms and protocols), or use aws-ofi-nccl 1.17 or later",
+                    value)
+    elif outcome is TunerOutcome.OVERRIDDEN:
+        yield warning(path, f"with {versions}, AWS's tuner (the v2 interface NCCL 2.21 finds in the net plugin) "
+                      f"picks algorithm and protocol itself: {what} may be ignored ({TUNER_SOURCE})",
+                      f"remove {what}, or use NCCL 2.22 or later (it keeps the tuner within them)", value)
+    elif outcome is TunerOutcome.TUNER_OFF:
+        yield warning(path, f"{what} turns AWS's NCCL tuner off with {versions}: NCCL's own tuning is used "
+                      f"({TUNER_SOURCE})", f"remove {what} unless you measured it is faster", value)
+    else:
+        yield warning(path, f"{what} limits the algorithms and protocols NCCL and AWS's tuner choose from "
+                      f"({TUNER_SOURCE})", f"remove {what} unless you measured it is faster", value)
+
+
+@rule
+def logical_neuron_cores(spec: JobSpec) -> Iterator[Finding]:
+    """The logical NeuronCore size: one of the instance's (the ranks per node are counted in it), set by
+    `launcher.logical_nc_config` alone."""
+    if "NEURON_LOGICAL_NC_CONFIG" in spec.env:
+        yield error("env.NEURON_LOGICAL_NC_CONFIG", "would change how many NeuronCores each node exposes behind "
+                    "the ranks per node clusterkit starts", "set launcher.logical_nc_config instead (it sets both)",
+                    spec.env["NEURON_LOGICAL_NC_CONFIG"])
+    size, facts = spec.launcher.logical_nc_config, spec.instance_facts
+    if size is None or facts is None:
+        return
+    if facts.accelerator != "neuron":
+        yield error("launcher.logical_nc_config", f"{facts.name} has no NeuronCores", "remove it", size)
+    elif size not in facts.logical_nc_configs:
+        sizes = " or ".join(str(choice) for choice in sorted(facts.logical_nc_configs))
+        yield error("launcher.logical_nc_config", f"{facts.name}'s Neuron runtime takes a logical NeuronCore "
+                    f"size of {sizes}", f"write {sizes}, or leave it out for {facts.logical_nc_configs[0]}", size)
 
 
 @rule

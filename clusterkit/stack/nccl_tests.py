@@ -176,9 +176,11 @@ def all_reduce_args(instance: InstanceType | None) -> tuple[str, ...]:
 
 
 def nccom_test_args(instance: InstanceType, nodes: int) -> tuple[str, ...]:
-    """nccom-test's arguments: one worker per NeuronCore on every node, 8 B up to what fits one core."""
-    per_core_gib = instance.accelerator_memory_gib * instance.accelerator_count / max(instance.neuron_cores, 1)
+    """nccom-test's arguments: one worker per NeuronCore the runtime exposes (logical ones, at the instance's
+    default size: 64 on trn2.48xlarge) on every node, 8 B up to what fits one core."""
+    cores = instance.processes()
+    per_core_gib = instance.accelerator_memory_gib * instance.accelerator_count / cores
     largest = size_text(_fitting_power_of_two(per_core_gib)).lower() + "b"
-    return ("--nworkers", str(instance.neuron_cores * nodes), "--nnodes", str(nodes), "--minbytes", "8",
+    return ("--nworkers", str(cores * nodes), "--nnodes", str(nodes), "--minbytes", "8",
             "--maxbytes", largest, "--stepfactor", "2", "--iters", str(NCCOM_ITERATIONS), "--datatype", "fp32",
             "allr")

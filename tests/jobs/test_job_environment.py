@@ -96,14 +96,16 @@ def test_a_users_neuron_cc_flags_keep_the_shared_cache(user_flags: str, expected
 
 @pytest.mark.parametrize(("ofi_nccl", "nccl", "tuner"), [
     ("1.7.4", None, False),      # no tuner in the plugin yet
-    ("1.8.0", None, True),       # its own library: NCCL >= 2.19 loads it only when named
+    ("1.8.0", "2.20.5", True),   # its own library: NCCL 2.19-2.20 load it only when named
+    ("1.8.0", None, False),      # its only interface (v1) is one NCCL >= 2.21 never asks for
     ("1.13.2", "2.21.5", True),
     ("1.15.0", "2.27.7", True),
     ("1.13.2", "2.18.5", False),  # no tuner interface in NCCL
     ("1.16.3", "2.20.5", True),   # in the net plugin, but NCCL 2.19-2.20 still need the name
     ("1.16.3", "2.21.5", False),  # NCCL >= 2.21 finds it in the net plugin
     (None, None, False),          # current versions
-    (None, "2.19.3", True),
+    ("1.19.0", "2.19.3", True),
+    (None, "2.19.3", False),      # a current plugin (1.20+) has no v1 interface for NCCL 2.19 to load
 ])
 def test_the_aws_tuner_is_named_where_nccl_would_not_load_it(ofi_nccl, nccl, tuner) -> None:
     preset = instance_environment(instance_type("p5.48xlarge"), aws_ofi_nccl=ofi_nccl, nccl=nccl)

@@ -35,7 +35,7 @@ COMBINATIONS = [
     (runtime, launcher, "trn1" if launcher == "neuron" else instance)
     for runtime in RUNTIMES for launcher in LAUNCHERS for instance in ("p4de", "local")
     if not (launcher == "neuron" and instance == "local")
-]
+] + [(runtime, "neuron", "trn2.48xlarge") for runtime in RUNTIMES]  # the logical NeuronCore size is exported
 
 
 @pytest.fixture(scope="module")

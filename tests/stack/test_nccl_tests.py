@@ -148,6 +148,16 @@ def test_trainium_job_runs_nccom_test_across_nodes(nodes: int) -> None:
     render_sbatch(spec)
 
 
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_trn2_nccom_test_runs_one_worker_per_logical_neuron_core(nodes: int) -> None:
+    """trn2.48xlarge's 128 physical NeuronCores are 64 at the runtime's default logical size (2), pinned in the job."""
+    spec = nccl_test_spec(nodes, instance_type="trn2.48xlarge")
+    text = " ".join([spec.command.script, *spec.command.args])
+    assert f"--nworkers {64 * nodes}" in text
+    assert "--maxbytes 4gb" in text  # 1536 GiB over 64 cores: 24 GiB each, three 4 GiB buffers and room
+    assert "export NEURON_LOGICAL_NC_CONFIG=2" in render_sbatch(spec).splitlines()
+
+
 def test_multi_node_nccom_test_runs_once_with_every_host(fake_slurm) -> None:
     script = render_sbatch(nccl_test_spec(2, instance_type="trn1"))
     nccom = fake_slurm.bin / "nccom-test"  # records its arguments and the root address it was given
