@@ -18,6 +18,29 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     crash.add_argument("node", help="node name, e.g. n2")
     crash.set_defaults(handler=crash_node)
 
+    freeze = verbs.add_parser("freeze-node", parents=[common],
+                              help="SIGSTOP a node's slurmd and everything it started: the node goes silent, no "
+                                   "connection is closed (a wedged GPU, a hung mount)")
+    freeze.add_argument("name", help="cluster name")
+    freeze.add_argument("node", help="node name, e.g. n2")
+    freeze.set_defaults(handler=freeze_node)
+
+    thaw = verbs.add_parser("thaw-node", parents=[common], help="SIGCONT a frozen node: it answers again")
+    thaw.add_argument("name", help="cluster name")
+    thaw.add_argument("node", help="node name, e.g. n2")
+    thaw.set_defaults(handler=thaw_node)
+
+    device = verbs.add_parser("fail-device", parents=[common],
+                              help="make a GPU of the node report an Xid or uncorrected ECC errors, where the "
+                                   "health check reads them")
+    device.add_argument("name", help="cluster name")
+    device.add_argument("node", help="node name, e.g. n2")
+    which = device.add_mutually_exclusive_group(required=True)
+    which.add_argument("--xid", type=int, metavar="N", help="an Xid in the node's kernel log, e.g. 79 (fallen off "
+                                                          "the bus) or 48 (double-bit ECC)")
+    which.add_argument("--ecc", type=int, metavar="COUNT", help="uncorrected ECC errors on a GPU")
+    device.set_defaults(handler=fail_device)
+
     start = verbs.add_parser("start-node", parents=[common], help="start a crashed node's slurmd again")
     start.add_argument("name", help="cluster name")
     start.add_argument("node", help="node name, e.g. n2")
@@ -69,6 +92,22 @@ def crash_node(args: argparse.Namespace) -> int:
     killed = _cluster(args.name).crash_node(args.node)
     return _report(args, {"killed_pids": killed}, f"node {args.node} crashed: killed {len(killed)} processes; "
                    "Slurm marks it DOWN once SlurmdTimeout passes")
+
+
+def freeze_node(args: argparse.Namespace) -> int:
+    stopped = _cluster(args.name).freeze_node(args.node)
+    return _report(args, {"stopped_pids": stopped}, f"node {args.node} frozen: stopped {len(stopped)} processes; "
+                   "Slurm marks it DOWN once SlurmdTimeout passes (`clusterkit local thaw-node` undoes it)")
+
+
+def thaw_node(args: argparse.Namespace) -> int:
+    resumed = _cluster(args.name).thaw_node(args.node)
+    return _report(args, {"resumed_pids": resumed}, f"node {args.node} thawed: {len(resumed)} processes run again")
+
+
+def fail_device(args: argparse.Namespace) -> int:
+    written = _cluster(args.name).fail_device(args.node, xid=args.xid, ecc=args.ecc)
+    return _report(args, {"fault": written}, f"node {args.node}'s GPU now reports: {written}")
 
 
 def start_node(args: argparse.Namespace) -> int:

@@ -5,7 +5,9 @@ EFA devices against the instance type, Neuron driver), so one definition serves 
 `python -m clusterkit.stack.health` (`runtime.HEALTH_MODULE`) runs the checks that apply on this node and
 prints one JSON line; with `--drain` a failing node drains itself (for Slurm's HealthCheckProgram or a
 prolog). The supervisor runs it on each node through srun, by that module name, so it never imports the
-stack. On a local cluster a check can be failed on purpose: `clusterkit local fail-health`.
+stack. On a local cluster a check can be failed on purpose: `clusterkit local fail-health`, or a GPU made to
+report a device error (`clusterkit local fail-device`): an Xid line in the node's kernel log, or an uncorrected
+ECC count, in the formats the driver writes them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import sys
 from dataclasses import asdict
@@ -46,6 +49,57 @@ def check_injected_fault(node: str) -> HealthResult:
     return HealthResult("injected-fault", True, "none")
 
 
+# Xids that mean the GPU or its links are broken, not the application (NVIDIA's Xid catalog): the node must go.
+# Others (13 graphics engine exception, 31 memory page fault, 43 GPU stopped processing) follow a program's bug.
+NODE_XIDS = {48: "double-bit ECC error", 62: "internal micro-controller halt", 64: "ECC page retirement or row "
+             "remapping failure", 74: "NVLink error", 79: "GPU has fallen off the bus", 92: "high single-bit ECC error "
+             "rate", 94: "contained ECC error", 95: "uncontained ECC error", 119: "GSP RPC timeout", 120: "GSP error"}
+XID_LINE = re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?P<xid>\d+)\b")
+
+
+def kernel_log_file(faults_dir: Path, node: str) -> Path:
+    """A local node's kernel log (dmesg's lines) as `fail-device --xid` writes it."""
+    return faults_dir / f"{node}.kmsg"
+
+
+def ecc_file(faults_dir: Path, node: str) -> Path:
+    """A local node's ECC counters, as `nvidia-smi --query-gpu=pci.bus_id,ecc.errors.uncorrected.volatile.total
+    --format=csv,noheader` prints them (one GPU a line)."""
+    return faults_dir / f"{node}.ecc"
+
+
+def node_xids(kernel_log: str) -> list[str]:
+    """Each Xid in a kernel log that condemns the node, as evidence: 'Xid 79 on PCI:0000:10:1c (GPU has ...)'."""
+    found = []
+    for match in XID_LINE.finditer(kernel_log):
+        xid = int(match["xid"])
+        if xid in NODE_XIDS:
+            found.append(f"Xid {xid} on {match['device']} ({NODE_XIDS[xid]})")
+    return found
+
+
+def uncorrected_ecc(counters: str) -> list[str]:
+    """Each GPU whose uncorrected (volatile) ECC count is above 0, as evidence."""
+    found = []
+    for line in counters.splitlines():
+        bus_id, _, count = (part.strip() for part in line.rpartition(","))
+        if count.isdigit() and int(count) > 0:
+            found.append(f"{count} uncorrected ECC errors on {bus_id}")
+    return found
+
+
+def check_device_errors(node: str) -> HealthResult:
+    """GPU errors the driver reported: on a local cluster, those `clusterkit local fail-device` put in place."""
+    directory = os.environ.get(FAULTS_DIR_ENV)
+    evidence: list[str] = []
+    if directory:
+        for source, parse in ((kernel_log_file(Path(directory), node), node_xids),
+                              (ecc_file(Path(directory), node), uncorrected_ecc)):
+            if source.exists():
+                evidence += parse(source.read_text(errors="replace"))
+    return HealthResult("gpu-errors", not evidence, "; ".join(evidence) or "none")
+
+
 def host_layer_results(probe: Probe | None = None) -> list[HealthResult]:
     """Doctor's checks of what belongs on the host (driver, fabric manager, EFA devices, Neuron
     driver): the container's layers are not there when this runs beside the job, so they don't count."""
@@ -58,7 +112,8 @@ def host_layer_results(probe: Probe | None = None) -> list[HealthResult]:
 
 
 def run_health_checks(node: str | None = None, probe: Probe | None = None) -> list[HealthResult]:
-    return [check_injected_fault(node or node_name()), *host_layer_results(probe)]
+    node = node or node_name()
+    return [check_injected_fault(node), check_device_errors(node), *host_layer_results(probe)]
 
 
 def main(argv: list[str] | None = None) -> int:

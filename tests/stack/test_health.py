@@ -50,3 +50,35 @@ def test_the_supervisor_runs_the_health_check_by_the_contracts_module_name():
     # The supervisor runs runtime.HEALTH_MODULE on each node through srun instead of importing the stack.
     assert runtime.HEALTH_MODULE == "clusterkit.stack.health"
     assert importlib.util.find_spec(runtime.HEALTH_MODULE) is not None
+
+
+def health_on(node: str, faults: Path) -> dict:
+    env = {"CLUSTERKIT_FAULTS_DIR": str(faults), "SLURMD_NODENAME": node, "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-m", "clusterkit.stack.health"], capture_output=True, text=True, env=env)
+    report = json.loads(result.stdout)
+    assert result.returncode == (0 if report["healthy"] else 1)
+    return next(r for r in report["results"] if r["check"] == "gpu-errors")
+
+
+def test_an_xid_that_condemns_the_gpu_fails_the_node_with_the_xid_as_evidence(tmp_path):
+    # The driver's own line, as dmesg prints it on a p4d whose GPU fell off the bus.
+    (tmp_path / "n2.kmsg").write_text(
+        "[ 1234.567890] nvidia-nvlink: Nvlink Core is being initialized\n"
+        "[ 8811.002211] NVRM: Xid (PCI:0000:10:1c): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n")
+    assert health_on("n2", tmp_path) == {"check": "gpu-errors", "ok": False,
+                                         "evidence": "Xid 79 on PCI:0000:10:1c (GPU has fallen off the bus)"}
+    assert health_on("n1", tmp_path)["ok"]  # another node's log is not this node's
+
+
+def test_an_application_xid_is_no_node_fault(tmp_path):
+    (tmp_path / "n2.kmsg").write_text("[ 10.0] NVRM: Xid (PCI:0000:10:1c): 13, pid=4242, name=python, Graphics "
+                                      "SM Warp Exception on (GPC 0, TPC 1, SM 0)\n"
+                                      "[ 11.0] NVRM: Xid (PCI:0000:10:1c): 31, pid=4242, name=python, Ch 00000008\n")
+    assert health_on("n2", tmp_path) == {"check": "gpu-errors", "ok": True, "evidence": "none"}
+
+
+def test_uncorrected_ecc_errors_fail_the_node(tmp_path):
+    # nvidia-smi --query-gpu=pci.bus_id,ecc.errors.uncorrected.volatile.total --format=csv,noheader
+    (tmp_path / "n3.ecc").write_text("00000000:10:1C.0, 0\n00000000:10:1D.0, 2\n00000000:20:1C.0, [N/A]\n")
+    assert health_on("n3", tmp_path) == {"check": "gpu-errors", "ok": False,
+                                         "evidence": "2 uncorrected ECC errors on 00000000:10:1D.0"}

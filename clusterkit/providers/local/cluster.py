@@ -12,9 +12,11 @@ import datetime as dt
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,6 +45,7 @@ from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, refus
 from clusterkit.registry import ClusterRecord, JsonObject
 from clusterkit.runtime import FAULTS_DIR_ENV
 from clusterkit.slurm import NodeInfo, Slurm
+from clusterkit.stack import health
 from clusterkit.transport import SshTarget
 
 PROVIDER = "local"
@@ -54,6 +57,8 @@ REQUIRED_PROGRAMS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "sl
 INSTALL_COMMAND = ("apt-get install -y --no-install-recommends slurm-wlm munge slurmdbd mariadb-server "
                    "openssh-server openssh-client")
 START_TIMEOUT = 30.0
+LOCAL_GPU_PCI = "PCI:0000:10:1c"  # the fake GPU a device fault names, as the driver names a GPU in an Xid
+LOCAL_GPU_BUS_ID = "00000000:10:1C.0"  # the same GPU as nvidia-smi names it
 
 
 def check_prerequisites(ssh: bool = False) -> None:
@@ -487,18 +492,51 @@ class LocalCluster:
             raise ClusterkitError(f"cluster {self.name!r} has no node {node!r}",
                                   fix=f"nodes are {', '.join(self.config.node_names)}")
 
-    def crash_node(self, node: str) -> list[int]:
-        """SIGKILL the node's slurmd and everything it started, as a hardware fault would."""
+    def _running_namespace(self, node: str) -> str:
         self._check_node(node)
         namespace = self._node_namespace(node)
         if namespace is None:
             raise ClusterkitError(f"node {node} of {self.name!r} is not running",
                                   fix=f"start it with `clusterkit local start-node {self.name} {node}`")
-        victims = processes.pids_in_mount_namespace(namespace)
+        return namespace
+
+    def crash_node(self, node: str) -> list[int]:
+        """SIGKILL the node's slurmd and everything it started, as a hardware fault would."""
+        victims = processes.pids_in_mount_namespace(self._running_namespace(node))
         processes.kill_all(victims)
         for victim in victims:
             processes.wait_until(lambda: not pid_alive(victim), 5, f"process {victim} to die")
         return victims
+
+    def freeze_node(self, node: str) -> list[int]:
+        """SIGSTOP the node's slurmd and everything it started: the node goes silent with every connection
+        open, as a wedged GPU, a hung mount or a NIC that drops packets leave it (peers see no reset)."""
+        return processes.signal_until_all(self._running_namespace(node), signal.SIGSTOP)
+
+    def thaw_node(self, node: str) -> list[int]:
+        """SIGCONT what freeze-node stopped: the node answers again."""
+        return processes.signal_until_all(self._running_namespace(node), signal.SIGCONT)
+
+    def fail_device(self, node: str, xid: int | None = None, ecc: int | None = None) -> str:
+        """Make one of the node's GPUs report an error where the health check reads it: an Xid line in the
+        node's kernel log, or an uncorrected ECC count. Returns what was written."""
+        self._check_node(node)
+        if (xid is None) == (ecc is None):
+            raise ClusterkitError("fail-device needs exactly one of --xid N and --ecc COUNT",
+                                  fix="e.g. `--xid 79` (GPU fallen off the bus) or `--ecc 2`")
+        if xid is not None and not 0 < xid < 1000:
+            raise ClusterkitError(f"--xid {xid} is no Xid", fix="give the driver's Xid number, 1 to 999 (e.g. 79)")
+        if ecc is not None and ecc < 1:
+            raise ClusterkitError(f"--ecc {ecc} is no error count", fix="give a count of at least 1")
+        self.layout.faults.mkdir(exist_ok=True)
+        if xid is not None:
+            line = f"[{time.monotonic():12.6f}] NVRM: Xid ({LOCAL_GPU_PCI}): {xid}, pid=0, name=clusterkit, injected\n"
+            with open(health.kernel_log_file(self.layout.faults, node), "a") as log:
+                log.write(line)
+        else:
+            line = f"{LOCAL_GPU_BUS_ID}, {ecc}\n"
+            health.ecc_file(self.layout.faults, node).write_text(line)
+        return line.strip()
 
     def start_node(self, node: str, wait: bool = True) -> None:
         """Start the node's slurmd again (after a crash); it returns to service by itself."""
@@ -516,10 +554,15 @@ class LocalCluster:
         self.layout.faults.mkdir(exist_ok=True)
         (self.layout.faults / node).write_text(reason + "\n")
 
+    def _clear_faults(self, node: str) -> None:
+        self._check_node(node)
+        for fault in (self.layout.faults / node, health.kernel_log_file(self.layout.faults, node),
+                      health.ecc_file(self.layout.faults, node)):
+            fault.unlink(missing_ok=True)
+
     def heal(self, node: str) -> None:
         """Remove an injected fault and return a drained node to service."""
-        self._check_node(node)
-        (self.layout.faults / node).unlink(missing_ok=True)
+        self._clear_faults(node)
         info = {n.name: n for n in self._slurm.nodes()}.get(node)
         if info is not None and info.base_state in ("drain", "drng", "down"):
             self._slurm.update_node(node, "RESUME")

@@ -186,6 +186,19 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def signal_until_all(namespace: str, sig: int, passes: int = 5) -> list[int]:
+    """Send `sig` to every process of a mount namespace, again while new ones appear (a process may fork
+    between the listing and the signal); returns every pid signalled."""
+    signalled: list[int] = []
+    for _ in range(passes):
+        new = [pid for pid in pids_in_mount_namespace(namespace) if pid not in signalled]
+        if not new:
+            break
+        kill_all(new, sig)
+        signalled += new
+    return signalled
+
+
 def kill_all(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
     for pid in pids:
         try:
