@@ -164,3 +164,17 @@ def test_the_local_provider_loads_no_parallelcluster_rule_book() -> None:
     code = "import sys, clusterkit.providers.local.cluster; print('clusterkit.cluster.validators' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def _finding_constructions(path: Path) -> list[str]:
+    """`file:line` of each `Finding(...)` call in `path` (by name or as `findings.Finding`)."""
+    return [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}" for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and (getattr(node.func, "id", None) == "Finding"
+                                               or getattr(node.func, "attr", None) == "Finding")]
+
+
+def test_findings_are_built_only_by_the_builders() -> None:
+    # findings.error, warning and info are the one way to make a finding: one idiom, one place for its checks.
+    found = [where for path in sorted(PACKAGE.rglob("*.py")) if path != PACKAGE / "findings.py"
+             for where in _finding_constructions(path)]
+    assert found == [], "build these with findings.error, warning or info"

@@ -11,7 +11,7 @@ import shutil
 from typing import Any, Protocol
 
 from clusterkit.errors import ClusterkitError, MissingDependency
-from clusterkit.findings import Finding, Level
+from clusterkit.findings import Finding, error, has_errors, info, warning
 from clusterkit.registry import JsonObject
 
 Config = JsonObject  # a ParallelCluster configuration, as its YAML reads
@@ -130,19 +130,19 @@ def _content(error: BaseException) -> dict[str, Any]:
 
 
 def _findings(messages: list[dict[str, Any]] | None) -> list[Finding]:
-    levels = {"ERROR": Level.ERROR, "WARNING": Level.WARNING}
-    return [Finding(levels.get(str(m.get("level")).upper(), Level.INFO), f"parallelcluster.{m.get('type') or 'config'}",
-                    str(m.get("message", ""))) for m in messages or []]
+    builders = {"ERROR": error, "WARNING": warning}  # ParallelCluster's INFO, and any level it adds: a note
+    return [builders.get(str(m.get("level")).upper(), info)(f"parallelcluster.{m.get('type') or 'config'}",
+                                                           str(m.get("message", ""))) for m in messages or []]
 
 
-def _rejection(error: BaseException) -> list[Finding]:
+def _rejection(refusal: BaseException) -> list[Finding]:
     """ParallelCluster's refusal as findings: its validators' errors, or its one message."""
-    content = _content(error)
+    content = _content(refusal)
     if not content:
-        raise _as_error(error, "ParallelCluster's dry run failed")
+        raise _as_error(refusal, "ParallelCluster's dry run failed")
     findings = _findings(content.get("configuration_validation_errors"))
-    if not any(f.level is Level.ERROR for f in findings):
-        findings.append(Finding(Level.ERROR, "parallelcluster", str(content.get("message") or error)))
+    if not has_errors(findings):
+        findings.append(error("parallelcluster", str(content.get("message") or refusal)))
     return findings
 
 

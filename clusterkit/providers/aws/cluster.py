@@ -29,7 +29,7 @@ from clusterkit.cluster.storage import StorageFate, storage_fates
 from clusterkit.cluster.validators import validate
 from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
 from clusterkit.files import write_atomically
-from clusterkit.findings import Finding, Level, has_errors
+from clusterkit.findings import errors, has_errors, info
 from clusterkit.providers.aws import prerequisites as stacks
 from clusterkit.providers.aws.access import Aws, check_caller
 from clusterkit.providers.aws.backend import ClusterBackend, Config, ParallelClusterBackend
@@ -164,11 +164,11 @@ class AwsProvider:
         config = render_config(resolution.spec)
         checked, suppressed, note = _dry_run_config(resolution)
         if checked is None:
-            findings.append(Finding(Level.INFO, "parallelcluster", note))
+            findings.append(info("parallelcluster", note))
         else:
             progress("ParallelCluster dry run" + (f" ({note})" if note else ""))
             if note:
-                findings.append(Finding(Level.INFO, "parallelcluster", f"dry run of the config with {note}"))
+                findings.append(info("parallelcluster", f"dry run of the config with {note}"))
             findings += self.backend.dry_run(name, checked, aws.region, suppress=DRY_RUN_SUPPRESSED + suppressed)
         if has_errors(findings):
             return plan.replace(details=refused, findings=tuple(findings), files={})
@@ -204,8 +204,7 @@ class AwsProvider:
             outputs = stacks.create(aws, stack.stack, stack.template, stack.parameters, plan.name, progress, poll)
             config = render_config(with_outputs(spec, outputs))
             progress("ParallelCluster dry run in the new network")
-            refused = [f for f in self.backend.dry_run(plan.name, config, aws.region, suppress=DRY_RUN_SUPPRESSED)
-                       if f.level is Level.ERROR]
+            refused = errors(self.backend.dry_run(plan.name, config, aws.region, suppress=DRY_RUN_SUPPRESSED))
             if refused:
                 raise ClusterkitError(
                     f"ParallelCluster refused the cluster in its new network: {refused[0]}",

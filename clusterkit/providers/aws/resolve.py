@@ -30,7 +30,7 @@ from clusterkit.cluster.spec import (
     ComputeSpec,
     QueueSpec,
 )
-from clusterkit.findings import Finding, Level, has_errors
+from clusterkit.findings import Finding, error, has_errors, info, warning
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.providers.aws.access import Aws, call
 
@@ -238,7 +238,7 @@ def _first(items: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _error(resolution: Resolution, path: str, message: str, fix: str, value: object = None) -> None:
-    resolution.findings.append(Finding(Level.ERROR, path, message, fix=fix, value=value))
+    resolution.findings.append(error(path, message, fix=fix, value=value))
 
 
 def _compute_resources(spec: ClusterSpec) -> list[tuple[str, QueueSpec, ComputeSpec]]:
@@ -317,9 +317,9 @@ def _choose_network(resolution: Resolution, lookup: _Lookup, reservations: dict[
         if spec.network == NETWORK_EXISTING:
             _error(resolution, "subnet_id", *problem)
             return
-        resolution.findings.append(Finding(Level.INFO, "network", f"{problem[0]}: clusterkit makes a network "
-                                           "for the cluster (its prerequisites stack)",
-                                           fix="pass --subnet-id, or set network: existing, to use your own"))
+        resolution.findings.append(info("network", f"{problem[0]}: clusterkit makes a network for the cluster "
+                                        "(its prerequisites stack)",
+                                        fix="pass --subnet-id, or set network: existing, to use your own"))
     _plan_network(resolution, lookup, zones)
 
 
@@ -639,8 +639,8 @@ def _check_policies_and_secret(resolution: Resolution, lookup: _Lookup) -> None:
     # A database clusterkit makes (or made) has its secret by construction.
     if accounting is not None and not accounting.create and not lookup.secret_exists(accounting.password_secret_arn):
         # Only a warning: the head node's role may read a secret this identity may not describe.
-        resolution.findings.append(Finding(
-            Level.WARNING, "slurm.accounting.password_secret_arn", f"secret not found in {lookup.region}, or this "
+        resolution.findings.append(warning(
+            "slurm.accounting.password_secret_arn", f"secret not found in {lookup.region}, or this "
             "identity may not describe it: without it the head node cannot reach the database",
             fix="check the ARN (`aws secretsmanager describe-secret`)", value="<hidden>"))
 
