@@ -55,10 +55,19 @@ def decisions(record: JobRecord | None, transport: Transport = LOCAL) -> list[di
     return runtime.parse_decisions(data) if data else []
 
 
-def classify(state: str, attempt_id: str, made: list[dict[str, Any]], pending_reason: str = "") -> str:
+# Pending reasons that say the job waits for nodes that are down or drained (squeue's, scontrol's words).
+WAITS_FOR_NODES = ("UnavailableNodes:", "DOWN, DRAINED", "ReqNodeNotAvail")
+
+
+def classify(state: str, attempt_id: str, made: list[dict[str, Any]], pending_reason: str = "",
+             replacing: tuple[str, ...] = ()) -> str:
     """Why an attempt ended: the supervisor's decision where there is one, else Slurm's state. A pending
-    attempt says what it waits for (Slurm's reason), since a job that can never start waits forever."""
+    attempt says what it waits for (Slurm's reason), since a job that can never start waits forever, and,
+    where it waits for down nodes while the cluster replaces some (`replacing`), for those replacements."""
     if state == "PENDING" and pending_reason:
+        if replacing and any(words in pending_reason for words in WAITS_FOR_NODES):
+            waits = ", ".join(f"{node}'s replacement" for node in replacing)
+            return f"pending: {pending_reason}; waiting for {waits}"
         return f"pending: {pending_reason}"
     if state in IN_PROGRESS_STATES:
         return "in progress"
@@ -73,9 +82,10 @@ def classify(state: str, attempt_id: str, made: list[dict[str, Any]], pending_re
 
 
 def merge_attempts(job_id: str, accounting: list[AccountingRecord], controller: dict[str, str],
-                   made: list[dict[str, Any]]) -> list[Attempt]:
+                   made: list[dict[str, Any]], replacing: tuple[str, ...] = ()) -> list[Attempt]:
     """Every attempt of `job_id` from accounting, the controller's view (`scontrol show job`, empty once
-    it forgot the job) and the supervisor's decisions; attempts only some of them know still show."""
+    it forgot the job) and the supervisor's decisions; attempts only some of them know still show.
+    `replacing`: the nodes the cluster is replacing now (its provider knows), named in a pending reason."""
     restarts = int(controller["Restarts"]) if controller.get("Restarts", "").isdigit() else None
     decided = [int(index) for d in made for job, _, index in [str(d.get("attempt", "")).rpartition(".")]
                if job == job_id and index.isdigit()]
@@ -101,7 +111,7 @@ def merge_attempts(job_id: str, accounting: list[AccountingRecord], controller: 
         else:
             reason = pending_reason(controller) if index == restarts else ""
             merged.append(Attempt(index, record.state, record.exit_code, record.node_list, record.start, record.end,
-                                  classify(record.base_state, attempt_id, made, reason)))
+                                  classify(record.base_state, attempt_id, made, reason, replacing)))
     return merged
 
 

@@ -41,6 +41,7 @@ from clusterkit.providers.local.config import (
     render_sshd_config,
     timings_named,
 )
+from clusterkit.providers.local.replacer import LOG_NAME, Replacement, read_log
 from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, refuse_foreign_options
 from clusterkit.registry import ClusterRecord, JsonObject
 from clusterkit.runtime import FAULTS_DIR_ENV
@@ -49,7 +50,8 @@ from clusterkit.stack import health
 from clusterkit.transport import SshTarget
 
 PROVIDER = "local"
-DAEMONS = ("munged", "mariadb", "slurmdbd", "slurmctld", "sshd")  # the cluster's own; slurmd per node besides
+# The cluster's own (slurmd per node besides); the replacer where the timings replace nodes.
+DAEMONS = ("munged", "mariadb", "slurmdbd", "slurmctld", "sshd", "replacer")
 SSHD = "/usr/sbin/sshd"  # sshd insists on being started by its absolute path
 SSH_PROGRAMS = (SSHD, "ssh-keygen", "ssh")
 REQUIRED_PROGRAMS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
@@ -283,6 +285,8 @@ class LocalCluster:
                                           str(layout.slurm_conf)]
         if self.config.ssh:
             commands["sshd"] = [SSHD, "-D", "-e", "-f", str(layout.sshd_config)]
+        if self.config.timings.replace_nodes:
+            commands["replacer"] = [sys.executable, "-m", "clusterkit.providers.local.replacer", self.name]
         return commands
 
     def _write_files(self, files: dict[str, str], progress: Progress) -> None:
@@ -361,12 +365,14 @@ class LocalCluster:
             "slurmdbd": (lambda: processes.port_listening(self.config.slurmdbd_port), "slurmdbd.log"),
             "slurmctld": (lambda: processes.port_listening(self.config.slurmctld_port), "slurmctld.log"),
             "sshd": (lambda: processes.port_listening(self.config.sshd_port), "sshd.stdout"),
+            "replacer": (lambda: processes.pid_from_file(layout.pid_file("replacer")) == pid, "replacer.stdout"),
         }[key]
 
     def restart_daemon(self, key: str = "slurmctld", progress: Progress = quiet) -> int:
         """Stop daemon `key` if it runs, start it again, wait until it serves; returns its new pid.
         Jobs survive a controller restart (their state is saved); nodes reconnect by themselves."""
-        if key not in DAEMONS or (key == "sshd" and not self.config.ssh):
+        if key not in DAEMONS or (key == "sshd" and not self.config.ssh) or (
+                key == "replacer" and not self.config.timings.replace_nodes):
             raise ClusterkitError(f"no daemon {key!r} in local cluster {self.name!r}",
                                   fix=f"restart one of: {', '.join(DAEMONS)} (a node: `clusterkit local "
                                       "start-node`)")
@@ -383,6 +389,8 @@ class LocalCluster:
         return pid
 
     def _daemon_env(self, key: str) -> dict[str, str]:
+        if key == "replacer":  # it finds this cluster's record where this process does
+            return {"CLUSTERKIT_HOME": str(registry.clusterkit_home())}
         # The MySQL client library finds our socket through MYSQL_UNIX_PORT.
         return {"MYSQL_UNIX_PORT": str(self.layout.mysql_socket)} if key == "slurmdbd" else {}
 
@@ -412,6 +420,10 @@ class LocalCluster:
             progress(f"starting sshd on 127.0.0.1:{self.config.sshd_port}")
             pid = self._spawn("sshd")
             self._wait_for_daemon("sshd", *self._readiness("sshd", pid))
+        if self.config.timings.replace_nodes:
+            progress("starting the node replacer")
+            pid = self._spawn("replacer", **self._daemon_env("replacer"))
+            self._wait_for_daemon("replacer", *self._readiness("replacer", pid))
         progress(f"cluster {self.name!r} is up: {self.config.nodes} nodes")
 
     def _wait_for_daemon(self, key: str, ready: Callable[[], bool], log_name: str) -> None:
@@ -502,11 +514,43 @@ class LocalCluster:
 
     def crash_node(self, node: str) -> list[int]:
         """SIGKILL the node's slurmd and everything it started, as a hardware fault would."""
-        victims = processes.pids_in_mount_namespace(self._running_namespace(node))
-        processes.kill_all(victims)
+        return self._kill_namespace(self._running_namespace(node))
+
+    def _kill_namespace(self, namespace: str) -> list[int]:
+        victims = processes.pids_in_mount_namespace(namespace)
+        processes.kill_all(victims)  # SIGKILL ends stopped (frozen) processes too
         for victim in victims:
             processes.wait_until(lambda: not pid_alive(victim), 5, f"process {victim} to die")
         return victims
+
+    # ----- replacement (the replacer daemon's steps) ----------------------------------------------
+    def terminate_node(self, node: str) -> None:
+        """What terminating its instance does to a node: every process gone, whether it ran, hung or had
+        crashed, and with them its injected faults (a fresh node has none)."""
+        namespace = self._node_namespace(node)
+        if namespace is not None:
+            self._kill_namespace(namespace)
+        self._clear_faults(node)
+
+    def boot_node(self, node: str) -> None:
+        """Start a fresh slurmd for `node` and return it to service once it serves."""
+        self._start_slurmd(node)
+
+        def registered() -> bool:
+            if not pid_alive(self.pids[f"slurmd-{node}"]):
+                raise ClusterkitError(f"the replacement slurmd of {node} exited", fix=f"see {self.layout.log}/slurmd-"
+                                                                                    f"{node}.log")
+            info = {n.name: n for n in self._slurm.nodes()}.get(node)
+            return info is not None and info.responding
+
+        processes.wait_until(registered, START_TIMEOUT, f"the replacement of {node} to register", interval=0.2)
+        info = {n.name: n for n in self._slurm.nodes()}[node]
+        if info.base_state in ("down", "drain", "fail"):
+            self._slurm.update_node(node, "RESUME")
+
+    def replacements(self) -> dict[str, Replacement]:
+        """Each node's latest replacement (booting or ready), from the replacer's log; empty where none ran."""
+        return read_log(self.layout.log / LOG_NAME)
 
     def freeze_node(self, node: str) -> list[int]:
         """SIGSTOP the node's slurmd and everything it started: the node goes silent with every connection
@@ -581,6 +625,9 @@ class LocalCluster:
 
     def _teardown(self) -> None:
         """Stop every process this cluster started (by pid, all at once) and what its nodes started."""
+        replacer = self._ours("replacer")
+        if replacer is not None:  # first, so that it starts no node while the others stop
+            processes.stop_pids([replacer])
         namespaces = [ns for ns in (self._node_namespace(node) for node in self.config.node_names) if ns]
         daemons = [pid for pid in (self._ours(key) for key in self.pids) if pid is not None]
         leftovers = [pid for ns in namespaces for pid in processes.pids_in_mount_namespace(ns)]
