@@ -2,11 +2,13 @@
 
 Two kinds of rule. `FLOORS`: per instance family, the version of a component below which the stack does not
 work there (an error) or works below what the source recommends (a warning); a row may hold only while
-another component is in a range (aws-ofi-nccl's libfabric floor moved with its own version). `tuner_outcome`:
+another component is in a range (aws-ofi-nccl's libfabric floor moved with its own version). `CUDA_FLOORS`:
+the same for the CUDA a container recipe builds with (a job spec names no CUDA). `tuner_outcome`:
 what NCCL_ALGO or NCCL_PROTO do beside AWS's NCCL tuner, from which tuner interface each NCCL asks for and
 what each aws-ofi-nccl answers there. A version the job spec leaves out (None) is a current one.
-The job rules (`jobs/validators.py`) turn both into findings, the EFA presets (`jobs/environment.py`) name
-the tuner where NCCL would not find it; docs/reference-parity.md lists the same rows.
+The job rules (`jobs/validators.py`) and the container recipes (`stack/recipes.py`) turn both into findings,
+the EFA presets (`jobs/environment.py`) name the tuner where NCCL would not find it; docs/reference-parity.md
+lists the same rows.
 """
 
 from __future__ import annotations
@@ -99,11 +101,23 @@ FLOORS: tuple[VersionFloor, ...] = (
 )
 
 
+# CUDA's first release with each GPU architecture's kernels, and the cheat-sheet's CUDA for p5's H100.
+CUDA_FLOORS: tuple[VersionFloor, ...] = (
+    VersionFloor(("p4d", "p4de"), "cuda", "11.0", Level.ERROR, "older CUDA has no Ampere (sm_80) kernels for the "
+                 "A100", "NVIDIA CUDA 11.0 release notes: compute capability 8.0 first in CUDA 11.0"),
+    VersionFloor(_HOPPER, "cuda", "12.0", Level.ERROR, "the EFA cheat-sheet's minimum for p5's H100 (p5e and p5en "
+                 "have the same Hopper GPUs)", CHEAT_SHEET),
+    VersionFloor(("p6-b200",), "cuda", "12.8", Level.ERROR, "older CUDA has no Blackwell (sm_100) kernels for the "
+                 "B200", "NVIDIA CUDA 12.8 release notes: compute capability 10.0 first in CUDA 12.8"),
+)
+
+
 def unmet_floors(family: str, versions: dict[str, str | None]) -> list[VersionFloor]:
-    """The floors `versions` (a job spec's stack, by field) miss on `family`: per component the first missed
-    row, errors before warnings. A component left out (None) is current and misses none."""
+    """The floors of `FLOORS` and `CUDA_FLOORS` that `versions` (a job spec's stack or a recipe's options, by
+    field) miss on `family`: per component the first missed row, errors before warnings. A component left out
+    (None, or not a key) is current and misses none."""
     missed: dict[str, VersionFloor] = {}
-    for floor in sorted(FLOORS, key=lambda row: row.level is not Level.ERROR):
+    for floor in sorted(FLOORS + CUDA_FLOORS, key=lambda row: row.level is not Level.ERROR):
         have = version_tuple(versions.get(floor.component))
         if (floor.component not in missed and have is not None and floor.applies(family, versions)
                 and have < version_tuple(floor.minimum)):

@@ -15,9 +15,10 @@ from typing import Any
 
 from clusterkit.catalog import InstanceType
 from clusterkit.errors import ClusterkitError
-from clusterkit.findings import Finding, error, errors, warning
+from clusterkit.findings import Finding, Level, error, errors, warning
 from clusterkit.lean_dataclass import lean_dataclass
-from clusterkit.versions import at_least, version_tuple
+from clusterkit.stack_versions import COMPONENT_NAMES, unmet_floors
+from clusterkit.versions import version_tuple
 
 ACCELERATORS = ("gpu", "neuron")
 BASES = ("nvidia", "dlc")
@@ -47,17 +48,6 @@ NEURON_DEFAULTS: dict[str, str] = {
 CUDA_IMAGE_FLAVOUR = "cudnn-devel"
 # AWS Deep Learning Containers are published from this account in most regions.
 DLC_ACCOUNT = "763104351884"
-
-# Minimum versions per instance family, from AWS's EFA/NCCL guidance (p5: CUDA 12, NCCL 2.18.5,
-# aws-ofi-nccl 1.7.3), CUDA's first release for each GPU architecture (A100: 11.0, B200: 12.8).
-INSTANCE_MINIMUMS: dict[str, dict[str, str]] = {
-    "p4d": {"cuda": "11.0"},
-    "p4de": {"cuda": "11.0"},
-    "p5": {"cuda": "12.0", "nccl": "2.18.5", "aws_ofi_nccl": "1.7.3"},
-    "p5e": {"cuda": "12.0", "nccl": "2.18.5", "aws_ofi_nccl": "1.7.3"},
-    "p5en": {"cuda": "12.0", "nccl": "2.18.5", "aws_ofi_nccl": "1.7.3"},
-    "p6-b200": {"cuda": "12.8", "nccl": "2.18.5", "aws_ofi_nccl": "1.7.3"},
-}
 
 _VERSION_RE = re.compile(r"^v?\d+(?:\.\d+)*(?:[.-][0-9A-Za-z*]+)*$")
 
@@ -97,6 +87,7 @@ _FIELD_NAMES = {f.name for f in fields(RecipeOptions)}
 _VERSION_FIELDS = ("cuda", "ubuntu", "gdrcopy", "efa_installer", "nccl", "nccl_tests", "aws_ofi_nccl", "torch",
                    "neuron_runtime", "neuron_collectives", "neuron_tools", "neuronx_cc", "torch_neuronx",
                    "neuronx_distributed")
+_FLOORED = ("cuda", "nccl", "aws_ofi_nccl")  # the options the stack's version floors cover
 _GPU_ONLY = ("cuda", "gdrcopy", "nccl", "nccl_tests", "aws_ofi_nccl", "torch")
 _NEURON_ONLY = ("neuron_runtime", "neuron_collectives", "neuron_tools", "neuronx_cc", "torch_neuronx",
                 "neuronx_distributed")
@@ -117,6 +108,9 @@ def check_recipe(options: RecipeOptions) -> list[Finding]:
 
     def warn(name: str, message: str, fix: str, value: object = None) -> None:
         findings.append(warning(flag(name), message, fix, value))
+
+    def report(level: Level, name: str, message: str, fix: str, value: object = None) -> None:
+        (refuse if level is Level.ERROR else warn)(name, message, fix, value)
 
     if options.accelerator not in ACCELERATORS:
         refuse("accelerator", f"must be one of {', '.join(ACCELERATORS)}, not {options.accelerator!r}",
@@ -146,7 +140,7 @@ def check_recipe(options: RecipeOptions) -> list[Finding]:
                      f"remove {flag(name)}, or use --base nvidia to build that layer yourself",
                      getattr(options, name))
     if options.instance is not None:
-        _check_instance(options, refuse)
+        _check_instance(options, report)
     resolved = options.resolved()
     if options.accelerator == "gpu" and resolved.cuda and version_tuple(resolved.cuda) is not None:
         if len(version_tuple(resolved.cuda) or ()) < 2:
@@ -154,26 +148,28 @@ def check_recipe(options: RecipeOptions) -> list[Finding]:
     return findings
 
 
-def _check_instance(options: RecipeOptions, refuse: Callable[[str, str, str, object], None]) -> None:
+def _check_instance(options: RecipeOptions, report: Callable[[Level, str, str, str, object], None]) -> None:
     facts = _instance_facts(options.instance or "")
     if facts is None:
-        refuse("instance", f"unknown instance type {options.instance!r}",
+        report(Level.ERROR, "instance", f"unknown instance type {options.instance!r}",
                "pass an EC2 instance type such as p5.48xlarge, or a preset such as p5", options.instance)
         return
     if facts.accelerator != options.accelerator:
-        refuse("instance", f"{facts.name} has {facts.accelerator} accelerators, the recipe is for "
+        report(Level.ERROR, "instance", f"{facts.name} has {facts.accelerator} accelerators, the recipe is for "
                f"{options.accelerator}", f"pass --accelerator {facts.accelerator}"
                if facts.accelerator in ACCELERATORS else "pick an accelerated instance type", options.instance)
         return
-    family = facts.name.split(".")[0]
+    # The stack's one table of floors (stack_versions): aws-ofi-nccl unset is the EFA installer's bundled copy,
+    # current for its version, so it misses none.
     resolved = options.resolved()
-    for name, minimum in INSTANCE_MINIMUMS.get(family, {}).items():
-        value = getattr(resolved, name)
-        if value is None:
-            continue  # aws-ofi-nccl unset: the EFA installer's bundled copy, current for its version
-        if not at_least(value, minimum):
-            refuse(name, f"{facts.name} needs {name.replace('_', '-')} >= {minimum}, got {value}",
-                   f"pass {flag(name)} {minimum} or newer", value)
+    versions = {name: getattr(resolved, name) for name in _FLOORED}
+    for floor in unmet_floors(facts.name.split(".")[0], versions):
+        name, have = floor.component, versions[floor.component]
+        shown = COMPONENT_NAMES.get(name, name.upper())
+        needs = (f"{facts.name} needs {shown} {floor.minimum} or later" if floor.level is Level.ERROR
+                 else f"{shown} {floor.minimum} or later is recommended on {facts.name}")
+        report(floor.level, name, f"{needs}, not {have}: {floor.problem} ({floor.source})",
+               f"pass {flag(name)} {floor.minimum} or newer", have)
 
 
 def _instance_facts(name: str) -> InstanceType | None:

@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from clusterkit.catalog import INSTANCE_TYPES
 from clusterkit.cli import common_options
 from clusterkit.cli import stack as stack_cli
 from clusterkit.errors import ClusterkitError
-from clusterkit.findings import Level
+from clusterkit.findings import Finding, Level
 from clusterkit.stack.recipes import RecipeOptions, check_recipe, render_dockerfile
+from clusterkit.stack_versions import CUDA_FLOORS, FLOORS, VersionFloor
 from tests.golden import assert_matches_golden
 from tests.tools import linter
 
@@ -85,12 +88,54 @@ def errors(options: RecipeOptions) -> dict[str, str]:
     return {f.path: f.message for f in check_recipe(options) if f.level is Level.ERROR}
 
 
-@pytest.mark.parametrize("field,value,flag", [("cuda", "11.8.0", "--cuda"), ("nccl", "2.18.3-1", "--nccl"),
-                                              ("aws_ofi_nccl", "1.7.2", "--aws-ofi-nccl")])
-def test_p5_minimum_versions(field: str, value: str, flag: str) -> None:
-    found = errors(RecipeOptions(instance="p5", **{field: value}))
-    assert list(found) == [flag]
-    assert value in found[flag] and "p5.48xlarge" in found[flag]
+def _below(minimum: str) -> str:
+    """A version just below `minimum`: 2.25.1 -> 2.25.0, 12.0 -> 11.99."""
+    parts = [int(part) for part in minimum.split(".")]
+    parts = parts[:-1] + [parts[-1] - 1] if parts[-1] else parts[:-2] + [parts[-2] - 1, 99]
+    return ".".join(map(str, parts))
+
+
+# The rows of the stack's one table of floors that a recipe's options cover, on the families they name.
+RECIPE_FLOORS = [(family, floor) for floor in FLOORS + CUDA_FLOORS for family in floor.families
+                 if floor.component in ("cuda", "nccl", "aws_ofi_nccl")]
+
+
+@pytest.mark.parametrize(("family", "floor"), RECIPE_FLOORS,
+                         ids=[f"{family}-{floor.component}-{floor.minimum}" for family, floor in RECIPE_FLOORS])
+def test_every_version_floor_is_the_recipes_on_both_sides(family: str, floor: VersionFloor) -> None:
+    """Below a row's minimum its finding comes, at the row's level with its source; at the minimum it does not."""
+    instance = next(name for name in INSTANCE_TYPES if name.split(".")[0] == family)
+
+    def cited(version: str) -> list[Finding]:
+        return [f for f in check_recipe(RecipeOptions(instance=instance, **{floor.component: version}))
+                if floor.source in f.message and f"{floor.minimum} or later" in f.message]
+
+    (below,) = cited(_below(floor.minimum))
+    assert below.level is floor.level and below.path == "--" + floor.component.replace("_", "-")
+    assert instance in below.message and _below(floor.minimum) in below.message and floor.minimum in below.fix
+    assert cited(floor.minimum) == []
+
+
+@pytest.mark.parametrize(("instance", "flag", "value", "minimum"), [
+    ("p6-b200.48xlarge", "--nccl", "2.24.3-1", "2.25.1"), ("p6-b200.48xlarge", "--aws-ofi-nccl", "1.13.2", "1.14.0"),
+    ("p5e.48xlarge", "--aws-ofi-nccl", "1.10.0", "1.11.0"), ("p5en.48xlarge", "--aws-ofi-nccl", "1.12.1", "1.13.0"),
+])
+def test_a_stack_below_the_machines_floor_is_refused_by_the_cli(instance: str, flag: str, value: str,
+                                                                minimum: str, tmp_path: Path) -> None:
+    target = tmp_path / "Dockerfile"
+    result = subprocess.run([sys.executable, "-m", "clusterkit", "container", "dockerfile", "--accelerator", "gpu",
+                             "--instance", instance, flag, value, "--output-file", str(target)],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert flag in line and value in line and f"{minimum} or newer" in line and instance in line
+    assert not target.exists()
+
+
+def test_below_a_recommendation_the_recipe_warns_and_builds() -> None:
+    found = check_recipe(RecipeOptions(instance="p6-b200.48xlarge", nccl="2.27.3-1", aws_ofi_nccl="1.14.0"))
+    assert sorted((f.level, f.path) for f in found) == [(Level.WARNING, "--aws-ofi-nccl"), (Level.WARNING, "--nccl")]
+    render_dockerfile(RecipeOptions(instance="p6-b200.48xlarge", nccl="2.27.3-1", aws_ofi_nccl="1.14.0"))
 
 
 def test_versions_written_as_tags_are_accepted() -> None:
@@ -98,9 +143,9 @@ def test_versions_written_as_tags_are_accepted() -> None:
     assert render_dockerfile(RecipeOptions(nccl="v2.29.3-1")) == render_dockerfile(RecipeOptions())
 
 
-def test_p5_accepts_the_minimums_and_the_defaults() -> None:
-    assert errors(RecipeOptions(instance="p5", cuda="12.0.1", nccl="2.18.5-1", aws_ofi_nccl="1.7.3")) == {}
-    assert errors(RecipeOptions(instance="p5.48xlarge")) == {}
+def test_p5_accepts_the_recommendations_and_the_defaults() -> None:
+    assert check_recipe(RecipeOptions(instance="p5", cuda="12.0.1", nccl="2.18.5-1", aws_ofi_nccl="1.7.3")) == []
+    assert check_recipe(RecipeOptions(instance="p5.48xlarge")) == []
 
 
 def test_other_combinations() -> None:
