@@ -614,7 +614,8 @@ class LocalCluster:
     # ----- delete -------------------------------------------------------------------------------
     def deletion(self) -> DeletionPlan:
         return DeletionPlan(name=self.name, deletes=(
-            f"the daemons it started (munged, MariaDB, slurmdbd, slurmctld, {self.config.nodes} slurmd) and every "
+            f"the daemons it started (munged, MariaDB, slurmdbd, slurmctld, {self.config.nodes} slurmd"
+            f"{', the node replacer' if self.config.timings.replace_nodes else ''}) and every "
             "process in its nodes", f"{self.layout.root} (configuration, state, logs, its accounting database)"))
 
     def delete(self, progress: Progress = quiet) -> None:
