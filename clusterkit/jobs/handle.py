@@ -79,8 +79,10 @@ class JobHandle:
         the controller and the supervisor's decisions merged, so none is missing (see jobs.attempts)."""
         poll = self.tracker.slurm.poll([self.job_id], details_of=self.job_id)  # one round trip for all three
         accounting = by_job(poll.accounting)
+        from clusterkit.providers import open_cluster
+
         merged = merge_attempts(self.job_id, accounting.get(self.job_id, []), poll.details,
-                                decisions(self.record, self.transport))
+                                decisions(self.record, self.transport), open_cluster(self.cluster).replacing())
         return JobStatus(self.job_id, self.cluster, state_of(self.job_id, poll.queue, accounting),
                          str(self.stdout_path) if self.stdout_path else None, tuple(merged))
 

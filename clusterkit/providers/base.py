@@ -137,6 +137,11 @@ class Cluster(Protocol):
         the nodes are no EC2 type clusterkit knows (a local cluster)."""
         ...
 
+    def replacing(self) -> tuple[str, ...]:
+        """The nodes this cluster is replacing now, for `status` to say what a pending job waits for;
+        empty where clusterkit cannot see replacements (ParallelCluster's clustermgtd keeps its own)."""
+        ...
+
     def resize(self, queue: str, max_count: int, min_count: int | None = None, compute_resource: str | None = None,
                progress: Progress = quiet) -> ResizeResult: ...
 

@@ -84,6 +84,9 @@ class ExistingCluster:
     def python(self) -> str:
         return self.state.python
 
+    def replacing(self) -> tuple[str, ...]:
+        return ()  # a cluster clusterkit did not make replaces nodes its own way, if at all
+
     def describe(self) -> ClusterInfo:
         slurm = self.slurm()
         up = slurm.ping()

@@ -11,6 +11,7 @@ import pytest
 
 from clusterkit.jobs.attempts import merge_attempts
 from clusterkit.providers.local import processes
+from clusterkit.providers.local.replacer import LOG_NAME
 from clusterkit.slurm import AccountingRecord
 
 
@@ -97,6 +98,15 @@ def test_status_shows_why_a_job_that_cannot_start_waits(local_cluster, job_dir) 
             assert "_" not in reason and ("ReqNodeNotAvail" in reason or "DRAINED" in reason), reason
             table = run_cli("status", job_id, "--cluster", local_cluster.name).stdout
             assert reason in table, table
+            # While the cluster replaces n4 (as its replacer logs it), status says that is what the job waits for.
+            log = local_cluster.layout.log / LOG_NAME
+            log.write_text(json.dumps({"node": "n4", "event": "terminated", "at": "2026-01-01T00:00:00+00:00",
+                                       "ready_by": "2026-01-01T00:00:30+00:00"}) + "\n")
+            try:
+                replaced = json.loads(run_cli("status", job_id, "--cluster", local_cluster.name, "-o", "json").stdout)
+                assert replaced["attempts"][0]["classification"].endswith("; waiting for n4's replacement"), replaced
+            finally:
+                log.unlink()
         finally:
             slurm.cancel(job_id)
     finally:

@@ -244,6 +244,9 @@ class LocalCluster:
     def python(self) -> str:
         return sys.executable  # jobs of a local cluster run with the Python that drives it
 
+    def replacing(self) -> tuple[str, ...]:
+        return tuple(sorted(node for node, replacement in self.replacements().items() if replacement.in_progress))
+
     def queues(self) -> dict[str, list[str]]:
         return {}  # CPU nodes (and fake GPUs): no EC2 instance type
 
