@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job, end to end on this machine, set-up included (idempotent; run as root):
-# a real 4-node Slurm cluster, a 2-node PyTorch training job under clusterkit's supervisor, a node
-# crash in the middle of it, and the run resuming by itself from its last valid checkpoint on
-# healthy nodes, ending with weights bit-identical to a run that never crashed.
+# a real 2-node Slurm cluster that replaces failed nodes (as ParallelCluster's clustermgtd does), a
+# 2-node PyTorch training job under clusterkit's supervisor, a node crash in the middle of it, the node
+# replaced, and the run resuming by itself at full size from its last valid checkpoint, ending with
+# weights bit-identical to a run that never crashed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -13,7 +14,7 @@ field() { "$repo/.venv/bin/python" -c "import json,sys; print(json.load(sys.stdi
 
 name=demo
 ck delete-cluster "$name" >/dev/null 2>&1 || true
-ck create-cluster --provider local --name "$name" --nodes 4
+ck create-cluster --provider local --name "$name" --nodes 2 --replace-nodes --boot-delay 10
 work=$(mktemp -d)
 trap 'ck delete-cluster "$name"; rm -rf "$work"' EXIT
 ln -s "$repo/examples" "$work/examples"
@@ -29,6 +30,11 @@ victim=$(scontrol show hostnames "$(squeue -h -j "$job" -o %N)" | tail -n 1)
 
 echo; echo "== 3 a.m.: node $victim dies (SIGKILL of its slurmd and everything it runs)"
 ck local crash-node "$name" "$victim"
+# The job needs every node: it waits for the replacement (a fresh $victim after a 10 s boot).
+for _ in $(seq 100); do
+  ck status "$job" --cluster "$name" | grep -q "replacement" && break; sleep 0.2
+done
+ck status "$job" --cluster "$name"
 ck watch "$job" --cluster "$name"
 
 echo; echo "== every attempt of job $job"
@@ -46,4 +52,3 @@ else
   echo "final weights differ: $resumed vs $uninterrupted" >&2
   exit 1
 fi
-ck local start-node "$name" "$victim"
