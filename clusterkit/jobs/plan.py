@@ -140,13 +140,16 @@ def plan_job(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path |
     from clusterkit.jobs import preflight as checks
     from clusterkit.jobs.render import render_sbatch
 
-    findings = list(validate_job(spec))
+    findings: list[Finding] = []
     name, target = _resolve_cluster(cluster or spec.cluster, need_cluster, findings)
     slurm = None
     if target is not None:
         spec = _with_cluster_instance(spec, name, target, findings)
         spec = _with_cluster_python(spec, target)
         slurm = _slurm_of(target, need_cluster, findings)
+    # The rules check the spec as it runs: the instance-bound ones (version floors, processes per node) see the
+    # machine a partition gives a spec that names none.
+    findings = validate_job(spec) + findings
     upload_from, uploads, new_workdir = None, SyncSet(), False
     if slurm is not None and slurm.transport.remote:
         new_workdir = not (workdir or spec.workdir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,23 @@ def test_a_job_on_a_g5_preset_cluster_gets_the_preset_machine(home: Path) -> Non
     assert_matches_golden(plan.script or "", GOLDEN / "g5-preset.sbatch")
     (info,) = [f for f in plan.findings if f.rule == "job.cluster-instance"]
     assert info.level is Level.INFO and "partition 'gpu' of cluster 'g5'" in info.message
+
+
+@pytest.mark.parametrize(("plugin", "returncode", "shown"), [
+    ("1.7.1", 1, "error: stack.aws_ofi_nccl: p5.48xlarge needs aws-ofi-nccl 1.7.2 or later, not 1.7.1: "),
+    ("1.7.2", 0, "warning: stack.aws_ofi_nccl: aws-ofi-nccl 1.7.3 or later is recommended on p5.48xlarge, not "),
+])
+def test_the_rules_see_the_machine_the_cluster_gives(home: Path, plugin: str, returncode: int, shown: str) -> None:
+    # No instance in the spec: the p5 preset's partition gives p5.48xlarge, whose version floors then hold.
+    register_aws_cluster("p5", "p5")
+    spec = home / "job.yaml"
+    spec.write_text(f'name: old-plugin\ncommand: [train.py]\nnodes: 2\nstack: {{aws_ofi_nccl: "{plugin}"}}\n')
+    result = subprocess.run([sys.executable, "-m", "clusterkit", "submit", "--dry-run", "--cluster", "p5", str(spec)],
+                            capture_output=True, text=True, cwd=home)
+    assert result.returncode == returncode and "Traceback" not in result.stderr, result.stdout + result.stderr
+    lines = (result.stdout + result.stderr).splitlines()
+    assert [line for line in lines if line.startswith(shown.split(":")[0] + ": stack.")] == \
+        [line for line in lines if line.startswith(shown)] != []
 
 
 def test_an_instance_the_partition_does_not_run_is_an_error(home: Path) -> None:
