@@ -20,12 +20,23 @@ HEARTBEAT_DIR_ENV = "CLUSTERKIT_HEARTBEAT_DIR"  # set by the supervisor for one 
 ATTEMPT_ID_ENV = "CLUSTERKIT_ATTEMPT_ID"  # set by the supervisor: job.restart.try
 FAULTS_DIR_ENV = "CLUSTERKIT_FAULTS_DIR"  # local clusters: injected health-check faults
 CLUSTER_ENV = "CLUSTERKIT_CLUSTER"  # the cluster job verbs use by default
+# The request to save and stop that the job writes on a warning, read by heartbeat.stop_requested().
+STOP_FILE_ENV = "CLUSTERKIT_STOP_FILE"
+# torchrun's window between its SIGTERM to the workers and its SIGKILL (30 s; read only by recent torch).
+TORCH_SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 
 # ----- where a supervised run keeps its state ------------------------------------------------
 STATE_DIR_NAME = ".clusterkit"
 SUPERVISOR_STATE_FILE = "supervisor.json"
 DECISIONS_FILE = "decisions.jsonl"
 HEARTBEATS_DIR_NAME = "heartbeats"
+STOP_REQUEST_NAME = "stop-request"
+# Beside the request: made by a rank's first stop_requested() (the ranks read requests, so the job writes one
+# and waits for them instead of signalling at once), and by the first that saw the request (it was taken).
+LISTENING_SUFFIX = ".listening"
+TAKEN_SUFFIX = ".taken"
+# Of the time left before a limit when the warning comes, what is kept for the requeue itself.
+REQUEUE_MARGIN_S = 15
 
 
 def run_state_dir(checkpoint_dir: str | Path, base: str | Path | None = None) -> Path:
@@ -33,6 +44,13 @@ def run_state_dir(checkpoint_dir: str | Path, base: str | Path | None = None) ->
     resubmission. Relative checkpoint dirs are relative to the job's working directory (`base`)."""
     path = Path(checkpoint_dir) / STATE_DIR_NAME
     return Path(base) / path if base is not None else path
+
+
+def stop_request_file(directory: str | Path) -> Path:
+    """Where a job asks its ranks to save and stop: in the run's state directory (a batch script) or in one
+    try's heartbeat directory (the supervisor), so that every node and container that sees the checkpoints
+    sees it. Its markers are this path with LISTENING_SUFFIX and TAKEN_SUFFIX."""
+    return Path(directory) / STOP_REQUEST_NAME
 
 
 # ----- the supervisor's decisions (the `decision` field of decisions.jsonl) ---------------------

@@ -4,7 +4,7 @@ Import-light: torch is imported inside the functions that need it.
 """
 
 from clusterkit.resilience.checkpoint import Checkpoint, CheckpointManager, DamagedCheckpoint, verify_checkpoint
-from clusterkit.resilience.heartbeat import heartbeat, read_heartbeats
+from clusterkit.resilience.heartbeat import heartbeat, read_heartbeats, stop_requested
 from clusterkit.resilience.run_identity import RunIdentity, run_identity
 
 __all__ = [
@@ -15,5 +15,6 @@ __all__ = [
     "heartbeat",
     "read_heartbeats",
     "run_identity",
+    "stop_requested",
     "verify_checkpoint",
 ]

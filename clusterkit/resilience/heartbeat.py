@@ -7,6 +7,11 @@ It is created once and then overwritten in place with one write: no new blocks, 
 when training has filled the disk; and no fsync, because a heartbeat only has to be visible to other
 processes, not survive a power cut. A beat that cannot be written is logged (once per kind of error)
 and tried again at the next call: a heartbeat never raises into the training loop.
+
+The other direction: on the warning before a time limit or a preemption the job (its batch script or the
+supervisor) writes a stop request, and `stop_requested()` tells the training loop, which saves and exits 0.
+A request reaches the ranks before any signal reaches torchrun, whose own window between its SIGTERM and its
+SIGKILL (30 s; only recent torch reads TORCH_ELASTIC_SHUTDOWN_TIMEOUT) would otherwise bound the save.
 """
 
 from __future__ import annotations
@@ -18,15 +23,18 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from clusterkit.runtime import HEARTBEAT_DIR_ENV
+from clusterkit.runtime import HEARTBEAT_DIR_ENV, LISTENING_SUFFIX, STOP_FILE_ENV, TAKEN_SUFFIX
 
 DEFAULT_MIN_INTERVAL_S = 5.0
+STOP_POLL_S = 1.0  # stop_requested() looks at the request at most this often
 BEAT_BYTES = 128  # one beat, padded: node names are at most 64 characters in Slurm
 
 log = logging.getLogger(__name__)
 _last_write: dict[Path, float] = {}
 _descriptors: dict[Path, int] = {}
 _reported: set[str] = set()
+_stop_looked: dict[str, float] = {}  # request path -> when it was last looked at (the monotonic clock)
+_stop_seen: set[str] = set()
 
 
 class Beat(NamedTuple):
@@ -60,10 +68,47 @@ def heartbeat(step: int, *, min_interval_s: float = DEFAULT_MIN_INTERVAL_S, done
     try:
         os.pwrite(_descriptor(path), line.encode(), 0)
     except OSError as error:
-        _report(error, path)
+        _report(error, path, "training goes on and the next beat tries again")
         return False
     _last_write[path] = now
     return True
+
+
+def stop_requested(*, min_interval_s: float = STOP_POLL_S) -> bool:
+    """Whether the job asks this rank to save and stop: the warning before its time limit, or a preemption.
+
+    Call it every step; save, then exit 0 (not `heartbeat(step, done=True)`: the run is not complete). False
+    when `$CLUSTERKIT_STOP_FILE` is unset (not a clusterkit job, or one without a checkpoint_dir). The first
+    call tells the job that its ranks read requests (it then gives them the warning's lead, less a margin for
+    the requeue, before it signals the step); later calls look at the request at most every `min_interval_s`
+    (one stat) and, once it is there, return True without looking again. Never raises.
+    """
+    request = os.environ.get(STOP_FILE_ENV)
+    if not request:
+        return False
+    if request in _stop_seen:
+        return True
+    now = time.monotonic()
+    last = _stop_looked.get(request)
+    if last is None:
+        _mark(request + LISTENING_SUFFIX, "the job signals the step instead of writing a request")
+    elif now - last < min_interval_s:
+        return False
+    _stop_looked[request] = now
+    if not os.path.exists(request):
+        return False
+    _stop_seen.add(request)
+    _mark(request + TAKEN_SUFFIX, "an unsupervised job may take this stop for the run's end and not requeue")
+    return True
+
+
+def _mark(path: str, consequence: str) -> None:
+    """Make the empty file `path` (and its directory): a marker the job's script or supervisor looks for."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+    except OSError as error:
+        _report(error, Path(path), consequence)
 
 
 def _descriptor(path: Path) -> int:
@@ -74,12 +119,11 @@ def _descriptor(path: Path) -> int:
     return _descriptors[path]
 
 
-def _report(error: OSError, path: Path) -> None:
+def _report(error: OSError, path: Path, consequence: str) -> None:
     key = f"{path}:{error.errno}"
     if key not in _reported:
         _reported.add(key)
-        log.warning("heartbeat to %s failed (%s); training goes on and the next beat tries again",
-                    path, error.strerror or error)
+        log.warning("heartbeat to %s failed (%s); %s", path, error.strerror or error, consequence)
 
 
 def read_heartbeats(directory: str | os.PathLike[str]) -> dict[int, Beat]:

@@ -12,7 +12,10 @@ When the step fails the supervisor tells apart
   stop and say it was the application: no endless requeue.
 
 - the warning before the time limit, or of a preemption (`--signal=B:USR1@N`): have the step save
-  its checkpoint, then requeue: a planned requeue, not a failure;
+  its checkpoint, then requeue: a planned requeue, not a failure. Ranks that read stop requests
+  (`heartbeat.stop_requested()`) get one first and the time left before the limit (less the requeue's margin) to
+  save and exit; only a step still running then, or one whose ranks do not read requests, gets SIGTERM (after
+  which torchrun gives its workers its own window: 30 s where torch does not read TORCH_ELASTIC_SHUTDOWN_TIMEOUT);
 - checkpoint storage that is full: stop and say so (a restart would fail the same way).
 
 A step that exits 0 is complete unless the supervisor had asked it to stop; when it had, the step is complete
@@ -58,7 +61,6 @@ from clusterkit.slurm import Slurm
 
 STOP_GRACE_S = 20.0  # SIGTERM to SIGKILL when nothing says how long there is
 WATCH_S = 1.0  # how often a running step's heartbeats, warnings and health check are looked at
-REQUEUE_MARGIN_S = 15.0  # of the time left before a limit, kept for the requeue itself
 # Decisions after which the supervisor requeued the job itself (and spent for it when it decided).
 REQUEUED_BY_US = (Kind.NODE_FAILURE, Kind.TIME_LIMIT, Kind.PREEMPTED)
 # How Slurm ended an attempt the supervisor did not end itself, and which bound that counts against.
@@ -297,7 +299,8 @@ class Supervisor:
         heartbeats = self.state_dir / runtime.HEARTBEATS_DIR_NAME / f"{self.attempt}.{try_number}"
         heartbeats.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, **{runtime.HEARTBEAT_DIR_ENV: str(heartbeats),
-                                  runtime.ATTEMPT_ID_ENV: f"{self.attempt}.{try_number}"})
+                                  runtime.ATTEMPT_ID_ENV: f"{self.attempt}.{try_number}",
+                                  runtime.STOP_FILE_ENV: str(runtime.stop_request_file(heartbeats))})
         # A line in the job's log with the time: where a resume's seconds go can be read from it.
         print(f"clusterkit supervisor: starting the step (attempt {self.attempt}, try {try_number}) at "
               f"{time.time():.3f}", file=sys.stderr, flush=True)
@@ -325,10 +328,11 @@ class Supervisor:
                 self._stop(process)
                 return Outcome(process.returncode, terminated=True)
             if self.stop_requested.is_set():
-                # Time limit or preemption: the ranks save a checkpoint on SIGTERM, then we requeue. They
-                # get what is left before the limit, less the requeue's own margin.
+                # Time limit or preemption: the ranks save a checkpoint, then we requeue. They get what is left
+                # before the limit, less the requeue's own margin.
                 left = self.warned_with_time_left
-                self._stop(process, grace=max(left - REQUEUE_MARGIN_S, 5.0) if left is not None else STOP_GRACE_S)
+                self._stop_to_save(process, runtime.stop_request_file(heartbeats),
+                                   max(left - runtime.REQUEUE_MARGIN_S, 5.0) if left is not None else STOP_GRACE_S)
                 return Outcome(process.returncode, signalled=True, asked_to_stop=True)
             if precheck is not None and precheck.done():
                 bad = precheck.result()
@@ -364,6 +368,21 @@ class Supervisor:
                 return (f"rank {rank} on {beat.node} made no progress past step {beat.step} "
                         f"for {now - last[1]:.0f} s")
         return ""
+
+    def _stop_to_save(self, process: subprocess.Popen, request: Path, seconds: float) -> None:
+        """Have the step save and stop within `seconds`: through a stop request where its ranks read them (no
+        signal reaches torchrun, whose own window would bound the save), then by SIGTERM if it still runs."""
+        deadline = time.monotonic() + seconds
+        if Path(f"{request}{runtime.LISTENING_SUFFIX}").exists() and _write_request(request, self.attempt):
+            print(f"clusterkit supervisor: asking the ranks to save and stop ({request}); SIGTERM to the step if it "
+                  f"still runs in {seconds:.0f} s", file=sys.stderr, flush=True)
+            while not self.terminating.is_set() and time.monotonic() < deadline:
+                try:
+                    process.wait(timeout=min(WATCH_S, max(deadline - time.monotonic(), 0.01)))
+                    return
+                except subprocess.TimeoutExpired:
+                    continue
+        self._stop(process, grace=max(deadline - time.monotonic(), 5.0))
 
     def _stop(self, process: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
         """Stop the step: srun passes SIGTERM to every task; what is left after `grace` gets SIGKILL."""
@@ -441,6 +460,17 @@ class Supervisor:
                 return attempt
         return ""
 
+
+
+def _write_request(request: Path, attempt: str) -> bool:
+    """Write the stop request the ranks look for; False (and why, on stderr) where it cannot be written."""
+    try:
+        request.write_text(f"{attempt} {time.time():.3f}\n")
+        return True
+    except OSError as error:
+        print(f"clusterkit supervisor: cannot write the stop request {request}: {error.strerror or error}; "
+              "signalling the step instead", file=sys.stderr, flush=True)
+        return False
 
 
 def _output_end() -> int | None:

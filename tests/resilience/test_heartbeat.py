@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.resilience.heartbeat import heartbeat, read_heartbeats
+from clusterkit.resilience.heartbeat import heartbeat, read_heartbeats, stop_requested
 
 
 def test_no_op_without_directory(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,3 +61,31 @@ def test_a_done_beat_is_written_at_once_and_says_how_many_ranks_there_are(tmp_pa
     assert heartbeat(150, min_interval_s=0, done=True) is True
     assert every_rank_done(read_heartbeats(tmp_path))
     assert not every_rank_done({})
+
+
+def test_no_stop_is_requested_outside_a_clusterkit_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLUSTERKIT_STOP_FILE", raising=False)
+    assert stop_requested() is False
+
+
+def test_the_first_look_says_the_ranks_listen_and_a_request_is_seen_and_taken(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    request = tmp_path / "state" / "stop-request"  # the state directory does not exist yet
+    monkeypatch.setenv("CLUSTERKIT_STOP_FILE", str(request))
+    assert stop_requested(min_interval_s=60) is False
+    assert (tmp_path / "state" / "stop-request.listening").exists()  # the job now asks instead of signalling
+    request.write_text("42.0\n")
+    assert stop_requested(min_interval_s=60) is False  # looked at no more often than asked
+    assert not (tmp_path / "state" / "stop-request.taken").exists()
+    assert stop_requested(min_interval_s=0) is True
+    assert (tmp_path / "state" / "stop-request.taken").exists()  # the script then knows the step stopped for it
+    request.unlink()
+    assert stop_requested(min_interval_s=0) is True  # once seen, it holds for the life of the process
+
+
+def test_a_marker_that_cannot_be_written_never_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("CLUSTERKIT_STOP_FILE", str(tmp_path / "file" / "stop-request"))  # under a file
+    assert stop_requested() is False
+    assert "the job signals the step instead" in caplog.text

@@ -364,6 +364,45 @@ def supervise_with_signals(tmp_path: Path, step: str, slurm: ScriptedSlurm, **se
     return code, runtime.read_decisions(tmp_path / "state" / "decisions.jsonl")
 
 
+# A step whose ranks read stop requests: on the request it "saves" for SAVE seconds and exits 0 (or, with IGNORE,
+# keeps on training); a signal ends it with exit 7. It says how long after the warning it ended.
+LISTENS = ("import os, signal, sys, time\n"
+           "from clusterkit.resilience import stop_requested\n"
+           "SAVE, IGNORE, OUT = {save}, {ignore}, {out!r}\n"
+           "def leave(code):\n"
+           "    open(OUT, 'w').write(f'{{code}} {{time.monotonic() - warned:.1f}}')\n"
+           "    sys.exit(code)\n"
+           "signal.signal(signal.SIGTERM, lambda *_: leave(7))\n"
+           "stop_requested()  # the first look: the ranks listen\n"
+           "warned = time.monotonic()\n"
+           "os.kill(os.getppid(), signal.SIGUSR1)\n"
+           "while IGNORE or not stop_requested(min_interval_s=0):\n"
+           "    time.sleep(0.05)\n"
+           "time.sleep(SAVE)\n"
+           "leave(0)\n")
+
+
+def test_ranks_that_read_stop_requests_get_the_time_left_to_save_and_no_signal(tmp_path):
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
+    slurm.seconds_left = 58  # 43 s for the save once the requeue's margin is kept
+    step = LISTENS.format(save=3, ignore=False, out=str(tmp_path / "ended"))
+    code, made = supervise_with_signals(tmp_path, step, slurm, signal_lead=60)
+    ended, after = (tmp_path / "ended").read_text().split()
+    assert ended == "0" and float(after) >= 3  # saved, and not signalled
+    assert [d["decision"] for d in made] == ["time_limit"] and made[0]["exit_code"] == 0
+    assert slurm.requeued == ["42"]
+
+
+def test_ranks_that_do_not_answer_the_request_in_time_get_sigterm(tmp_path):
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
+    slurm.seconds_left = 20  # 5 s for the request
+    step = LISTENS.format(save=0, ignore=True, out=str(tmp_path / "ended"))
+    code, made = supervise_with_signals(tmp_path, step, slurm, signal_lead=60)
+    ended, after = (tmp_path / "ended").read_text().split()
+    assert ended == "7" and 5 <= float(after) < 15, after
+    assert [d["decision"] for d in made] == ["time_limit"] and made[0]["exit_code"] == 7
+
+
 @pytest.mark.parametrize("saves", [True, False])
 def test_the_evidence_of_a_requeue_says_whether_the_step_saved(tmp_path, saves: bool):
     checkpoints = tmp_path / "run"
