@@ -32,7 +32,7 @@ DOCKER_SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_NUM_NODES", "SLURM_JOB_NODE
                           "SLURM_CLUSTER_NAME")
 
 # What the supervisor sets for each try of the step (heartbeats go there): into docker containers too.
-SUPERVISOR_VARIABLES = (runtime.HEARTBEAT_DIR_ENV, runtime.ATTEMPT_ID_ENV)
+SUPERVISOR_VARIABLES = (runtime.HEARTBEAT_DIR_ENV, runtime.ATTEMPT_ID_ENV, runtime.STOP_FILE_ENV)
 
 # The rendezvous port of a job without launcher.port: PORT_BASE + (job id + hash of the cluster name)
 # mod PORT_SPAN, computed on the node (clusterkit_rdzv_port in _rdzv.j2; `rendezvous_port` below is
@@ -136,6 +136,13 @@ def sbatch_context(spec: JobSpec) -> dict[str, Any]:
     names = [trusted(name) for name in sorted(environment.variables)]  # checked by the env-name rule
     container_stop = "TERM" if per_node_launcher or warning is None else warning.signal
     task_functions = _task_functions(launcher, container_runtime)
+    stop_file = runtime.stop_request_file(runtime.run_state_dir(spec.checkpoint_dir)) if spec.checkpoint_dir else None
+    # torchrun's own window after its SIGTERM: the lead, unless the spec sets it (only recent torch reads it).
+    shutdown_timeout = (warning.seconds if warning and per_node_launcher
+                        and runtime.TORCH_SHUTDOWN_TIMEOUT_ENV not in environment.variables else None)
+    # What the script exports for the step besides the spec's environment: into docker containers too.
+    script_variables = {name for name, value in ((runtime.STOP_FILE_ENV, stop_file),
+                                                 (runtime.TORCH_SHUTDOWN_TIMEOUT_ENV, shutdown_timeout)) if value}
     return {
         "name": spec.name,
         "directives": _directives(spec, tasks_per_node=1 if per_node_launcher else spec.processes),
@@ -162,10 +169,15 @@ def sbatch_context(spec: JobSpec) -> dict[str, Any]:
         "neuron": facts is not None and facts.accelerator == "neuron",
         "device_globs": _device_globs(spec),
         "docker_env_names": [trusted(n) for n in sorted(set(environment.variables) | set(DOCKER_SLURM_VARIABLES)
-                                                        | (set(SUPERVISOR_VARIABLES) if spec.supervise else set()))],
+                                                        | (set(SUPERVISOR_VARIABLES) if spec.supervise else set())
+                                                        | script_variables)],
         "requeue": spec.requeue,
         "warning_signal": trusted(warning.signal) if warning else None,
         "warning_directive": trusted(warning.directive) if warning else None,
+        # The stop request the ranks read on the warning, and how long they have to answer it before the signal.
+        "stop_file": shquote(stop_file) if stop_file else None,
+        "stop_wait": max(warning.seconds - runtime.REQUEUE_MARGIN_S, 0) if warning else 0,
+        "shutdown_timeout": shutdown_timeout,
         # What the step's tasks get when asked to save and stop, and what the program then gets.
         "stop_signal": trusted("USR2" if container_runtime == "docker" else container_stop),
         "stop_signal_note": _stop_signal_note(launcher, container_runtime, container_stop),
