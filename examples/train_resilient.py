@@ -6,16 +6,19 @@ bit-identical weights to one that never stopped; the SHA-256 of the final weight
 CHECKPOINT_EVERY steps with clusterkit's CheckpointManager; every rank resumes from the newest
 checkpoint that verifies (`resume()`, read before the rendezvous) and beats a heartbeat each step (the
 supervisor's hang detection), and a last one when it is done (`heartbeat(step, done=True)`: the supervisor
-then knows the run is complete even if a warning came at the end). On the signal it receives when asked to
-stop (SIGTERM through torchrun, or the job's own SIGUSR1/SIGUSR2 when started directly; caught from before
-torch is imported): every rank agrees to stop at the same step, rank 0 saves a checkpoint, and the process
-exits 0; the job script (or the supervisor) then requeues the job, and the next attempt resumes from that
-checkpoint.
+then knows the run is complete even if a warning came at the end). When the job asks it to stop: through its
+stop request (`stop_requested()`, looked at every step: on the warning before a time limit or a preemption the
+job writes one before any signal, so the save is not bounded by torchrun's own 30 s window after a signal), or
+by the signal it receives when asked to stop (SIGTERM through torchrun, or the job's own SIGUSR1/SIGUSR2 when
+started directly; caught from before torch is imported): every rank agrees to stop at the same step, rank 0
+saves a checkpoint, and the process exits 0; the job script (or the supervisor) then requeues the job, and the
+next attempt resumes from that checkpoint.
 A save that fails (a full disk) ends every rank with exit 1 and one line saying why; any other
 clusterkit error, or ENOSPC, ends the process with one line and exit 1 as well.
 
 Settings (environment): TRAIN_STEPS (60), CHECKPOINT_EVERY (10), STEP_SECONDS (0.2, a stand-in for
-real work), EXAMPLE_FAULT (for tests: `always` fails on every attempt, `crash-once` kills rank 1's
+real work), SAVE_SECONDS (0: rank 0 takes this much longer for each save, as a large model's state on shared
+storage would), EXAMPLE_FAULT (for tests: `always` fails on every attempt, `crash-once` kills rank 1's
 process once, `hang-once` stops rank 1 once without exiting, `stuck-start-once` stops rank 1 once
 before the rendezvous, so no rank ever beats, `slow-exit` has rank 0 take 10 s to exit after its last
 step, as a slow teardown would).
@@ -31,12 +34,12 @@ import sys
 import time
 from pathlib import Path
 
-stop_requested = False
+stop_signalled = False
 
 
 def on_stop_signal(signum: int, frame: object) -> None:
-    global stop_requested
-    stop_requested = True
+    global stop_signalled
+    stop_signalled = True
 
 
 # Before the imports, which take seconds on a busy node: a stop asked for that early still ends cleanly.
@@ -48,13 +51,16 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from clusterkit.errors import ClusterkitError  # noqa: E402
-from clusterkit.resilience import CheckpointManager, heartbeat  # noqa: E402
+from clusterkit.resilience import CheckpointManager, heartbeat, stop_requested  # noqa: E402
 
 STEPS = int(os.environ.get("TRAIN_STEPS", "60"))
 CHECKPOINT_EVERY = int(os.environ.get("CHECKPOINT_EVERY", "10"))
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
+SAVE_SECONDS = float(os.environ.get("SAVE_SECONDS", "0"))
 FAULT = os.environ.get("EXAMPLE_FAULT", "")
 FAULT_STEP = 15
+# Why the ranks stop, agreed with a MAX reduction: a request outranks a signal.
+SIGNALLED, REQUESTED = 1, 2
 
 
 def make_model() -> torch.nn.Module:
@@ -110,6 +116,7 @@ def save_checkpoint(manager: CheckpointManager, rank: int, step: int, state: dic
     failed = torch.tensor([0])
     if rank == 0:
         try:
+            time.sleep(SAVE_SECONDS)
             manager.save(step, state)
             print(f"checkpoint at step {step} (loss {loss:.5f})", flush=True)
         except ClusterkitError as error:
@@ -121,6 +128,7 @@ def save_checkpoint(manager: CheckpointManager, rank: int, step: int, state: dic
 
 def main() -> int:
     run_dir = Path(os.environ.get("CLUSTERKIT_CHECKPOINT_DIR", "checkpoints"))
+    stop_requested()  # from here on the job asks through its request, which the loop looks at every step
     # Every rank holds the same replica; rank 0 alone writes it, as one shard (world_size=1).
     manager = CheckpointManager(run_dir, keep=3, rank=0, world_size=1)
     model = make_model()
@@ -155,7 +163,7 @@ def main() -> int:
         step += 1
         heartbeat(step, min_interval_s=0.0)
         time.sleep(STEP_SECONDS)
-        stopping = torch.tensor([1 if stop_requested else 0])
+        stopping = torch.tensor([REQUESTED if stop_requested() else SIGNALLED if stop_signalled else 0])
         dist.all_reduce(stopping, op=dist.ReduceOp.MAX)  # all ranks agree to stop at the same step
         if step % CHECKPOINT_EVERY == 0 or stopping.item():
             state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
@@ -164,7 +172,8 @@ def main() -> int:
                 return 1
         if stopping.item():
             if rank == 0:
-                print(f"stopping at step {step} on a signal; checkpoint saved", flush=True)
+                cause = "the stop request" if stopping.item() == REQUESTED else "a signal"
+                print(f"stopping at step {step} on {cause}; checkpoint saved", flush=True)
             dist.destroy_process_group()
             return 0
 
