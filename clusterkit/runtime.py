@@ -19,6 +19,10 @@ INSTANCE_TYPE_ENV = "CLUSTERKIT_INSTANCE_TYPE"  # the nodes' EC2 type: what heal
 HEARTBEAT_DIR_ENV = "CLUSTERKIT_HEARTBEAT_DIR"  # set by the supervisor for one try of the step
 ATTEMPT_ID_ENV = "CLUSTERKIT_ATTEMPT_ID"  # set by the supervisor: job.restart.try
 FAULTS_DIR_ENV = "CLUSTERKIT_FAULTS_DIR"  # local clusters: injected health-check faults
+# Set by the supervisor of a job with spare nodes for each try: the step's nodes (comma-separated) and their count,
+# which the rendered step's srun runs on (--nodelist, --nodes).
+STEP_NODES_ENV = "CLUSTERKIT_STEP_NODES"
+STEP_NUM_NODES_ENV = "CLUSTERKIT_STEP_NUM_NODES"
 CLUSTER_ENV = "CLUSTERKIT_CLUSTER"  # the cluster job verbs use by default
 # The request to save and stop that the job writes on a warning, read by heartbeat.stop_requested().
 STOP_FILE_ENV = "CLUSTERKIT_STOP_FILE"
@@ -110,9 +114,11 @@ def startup_timeout_for(hang_timeout: float, startup_timeout: float | None) -> f
 
 def supervisor_command(python: str, *, hang_timeout: int, app_retries: int, state_dir: str | Path | None,
                        signal_lead: int | None = None, max_time_limit_requeues: int | None = None,
-                       max_preemptions: int | None = None, startup_timeout: int | None = None) -> list[str]:
+                       max_preemptions: int | None = None, startup_timeout: int | None = None,
+                       spares: int = 0) -> list[str]:
     """The words before the step's own command: `PYTHON -m clusterkit.resilience.supervisor ... --`."""
     optional = {"--state-dir": state_dir, "--signal-lead": signal_lead, "--startup-timeout": startup_timeout,
+                "--spares": spares or None,
                 "--max-time-limit-requeues": max_time_limit_requeues, "--max-preemptions": max_preemptions}
     return [python, "-m", SUPERVISOR_MODULE, f"--hang-timeout={hang_timeout}", f"--app-retries={app_retries}",
             *(f"{option}={value}" for option, value in optional.items() if value is not None), "--"]
@@ -140,6 +146,8 @@ def supervisor_parser() -> argparse.ArgumentParser:
     parser.add_argument("--health-timeout", type=float, default=60.0, help="seconds for one node's health check")
     parser.add_argument("--no-precheck", dest="precheck", action="store_false",
                         help="skip the health check of every node before the step")
+    parser.add_argument("--spares", type=int, default=0,
+                        help="nodes of the allocation held beside the step, which a node failure relaunches it onto")
     parser.add_argument("--state-dir", type=Path, default=None,
                         help=f"where the run's budget and decisions live (default: $"
                              f"{CHECKPOINT_DIR_ENV}/{STATE_DIR_NAME})")

@@ -187,6 +187,7 @@ def sbatch_context(spec: JobSpec) -> dict[str, Any]:
             "clusterkit_wait", "clusterkit_stop_step", "clusterkit_run_step", "clusterkit_srun", *task_functions,
             "clusterkit_step", "clusterkit_launch_step")))),
         "supervisor": _supervisor_command(spec),
+        "spares": _spares(spec),
     }
 
 
@@ -235,6 +236,10 @@ def _ecr_registry(spec: JobSpec) -> dict[str, str] | None:
     return {"host": match.group("host"), "region": match.group("region")} if match else None
 
 
+def _spares(spec: JobSpec) -> int:
+    return spec.supervise.spares if spec.supervise else 0
+
+
 def _supervisor_command(spec: JobSpec) -> list[str]:
     if spec.supervise is None:
         return []
@@ -247,14 +252,18 @@ def _supervisor_command(spec: JobSpec) -> list[str]:
                                       signal_lead=warning.seconds if warning else None,
                                       max_time_limit_requeues=supervision.max_time_limit_requeues,
                                       max_preemptions=supervision.max_preemptions,
-                                      startup_timeout=supervision.startup_timeout)
+                                      startup_timeout=supervision.startup_timeout, spares=supervision.spares)
 
 
 def _directives(spec: JobSpec, tasks_per_node: int) -> list[tuple[ShellText, str | None]]:
     directives: list[tuple[str, str | None]] = [("job-name", spec.name)]
     if spec.partition:
         directives.append(("partition", spec.partition))
-    directives += [("nodes", str(spec.nodes)), ("ntasks-per-node", str(tasks_per_node))]
+    # Spares are held in the allocation beside the step's nodes, and the job outlives a node's loss (--no-kill) so
+    # that the supervisor can relaunch the step on a spare instead of requeueing.
+    directives += [("nodes", str(spec.allocated_nodes)), ("ntasks-per-node", str(tasks_per_node))]
+    if _spares(spec):
+        directives.append(("no-kill", None))
     if spec.gpus_per_node is not None:
         directives.append(("gpus-per-node", str(spec.gpus_per_node)))
     if spec.exclusive:

@@ -230,6 +230,9 @@ class Supervision:
     # from failures. None: the supervisor's defaults (100 time limits; preemptions without bound).
     max_time_limit_requeues: int | None = None
     max_preemptions: int | None = None
+    # Nodes held beside the step's `nodes` (the allocation is nodes + spares, kept through a node loss): on a node
+    # failure the supervisor relaunches the step on the healthy nodes and a spare, in the same allocation.
+    spares: int = 0
 
 
 @lean_dataclass(frozen=True)
@@ -263,6 +266,11 @@ class JobSpec:
     @property
     def instance_facts(self) -> InstanceType | None:
         return find_instance_type(self.instance) if self.instance else None
+
+    @property
+    def allocated_nodes(self) -> int:
+        """The allocation's nodes: the step's, and the supervisor's spares beside them."""
+        return self.nodes + (self.supervise.spares if self.supervise else 0)
 
     @property
     def processes(self) -> int:

@@ -234,6 +234,9 @@ def restarts(spec: JobSpec) -> Iterator[Finding]:
                             bound)
         if spec.supervise.python == "":
             yield error("supervise.python", "is empty", "name an interpreter with clusterkit, e.g. python3")
+        if not 0 <= spec.supervise.spares <= spec.nodes:
+            yield error("supervise.spares", f"is {spec.supervise.spares}: must be 0 to nodes ({spec.nodes}) spare "
+                        "nodes beside the step's", "write e.g. 1: the job then holds nodes + 1", spec.supervise.spares)
 
 
 @rule
