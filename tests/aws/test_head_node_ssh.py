@@ -107,7 +107,7 @@ def test_a_supervised_job_on_that_cluster_passes_its_preflight_and_runs_the_inst
     monkeypatch.setattr(SshTransport, "run", head_node)
     python = open_cluster("train").python()
     (tmp_path / "train.py").write_text("print('train')\n")
-    spec = job_from_dict({"name": "llama", "partition": "train", "nodes": 2, "launcher": "torchrun",
+    spec = job_from_dict({"name": "llama", "partition": "train", "nodes": 2, "exclusive": True, "launcher": "torchrun",
                           "command": {"script": "train.py"}, "checkpoint_dir": "/fsx/checkpoints/llama",
                           "container": {"runtime": "pyxis", "image": "/fsx/images/pytorch.sqsh", "mounts": ["/fsx"]},
                           "supervise": True})  # no interpreter named: the cluster's installed one
