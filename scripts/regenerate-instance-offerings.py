@@ -21,7 +21,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from clusterkit.offerings import TABLE_FILE, InstanceFacts, format_table  # noqa: E402
+from clusterkit.offerings import NO_ACCELERATOR, TABLE_FILE, InstanceType, format_table  # noqa: E402
 
 AWS_SOURCE = "AWS EC2 DescribeInstanceTypes and DescribeInstanceTypeOfferings (LocationType region)"
 DESCRIBE_BATCH = 100  # DescribeInstanceTypes takes at most 100 names per call
@@ -34,17 +34,17 @@ def offered_types(ec2: Any) -> set[str]:
     return names
 
 
-def facts_of(described: dict[str, Any], regions: frozenset[str]) -> InstanceFacts:
+def facts_of(described: dict[str, Any], regions: frozenset[str]) -> InstanceType:
     network = described.get("NetworkInfo", {})
     efa = network.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0) if network.get("EfaSupported") else 0
-    accelerator, count, model = "", 0, ""
+    accelerator, count, model = NO_ACCELERATOR, 0, ""
     gpus = described.get("GpuInfo", {}).get("Gpus", [])
     neuron = described.get("NeuronInfo", {}).get("NeuronDevices", [])
     if gpus:
         accelerator, count, model = "gpu", sum(g.get("Count", 0) for g in gpus), gpus[0].get("Name", "")
     elif neuron:
         accelerator, count, model = "neuron", sum(d.get("Count", 0) for d in neuron), neuron[0].get("Name", "")
-    return InstanceFacts(
+    return InstanceType(
         name=described["InstanceType"],
         architectures=tuple(described.get("ProcessorInfo", {}).get("SupportedArchitectures", [])),
         efa_interfaces=int(efa), network_cards=int(network.get("MaximumNetworkCards", 1)),
@@ -53,7 +53,7 @@ def facts_of(described: dict[str, Any], regions: frozenset[str]) -> InstanceFact
         regions=regions)
 
 
-def collect(session: Any, log=lambda message: print(message, file=sys.stderr)) -> tuple[list[str], list[InstanceFacts]]:
+def collect(session: Any, log=lambda message: print(message, file=sys.stderr)) -> tuple[list[str], list[InstanceType]]:
     """(regions covered, facts of every type offered in one of them), asked of EC2 through `session`."""
     from botocore.exceptions import ClientError
 

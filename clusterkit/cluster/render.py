@@ -277,7 +277,7 @@ def _placement_group(group: PlacementGroupSpec, default_enabled: bool = True) ->
     return rendered
 
 
-def enroot_dir(spec: ClusterSpec, nodes: list[offerings.InstanceFacts]) -> str:
+def enroot_dir(spec: ClusterSpec, nodes: list[offerings.InstanceType]) -> str:
     """enroot's data directory on these nodes: the spec's, unless it is on instance storage they lack."""
     configured = spec.pyxis.enroot_dir
     on_instance_storage = configured == EPHEMERAL_MOUNT_DIR or configured.startswith(EPHEMERAL_MOUNT_DIR + "/")
@@ -286,7 +286,7 @@ def enroot_dir(spec: ClusterSpec, nodes: list[offerings.InstanceFacts]) -> str:
     return configured
 
 
-def _pyxis(spec: ClusterSpec, role: str, nodes: list[offerings.InstanceFacts]) -> ScriptSpec | None:
+def _pyxis(spec: ClusterSpec, role: str, nodes: list[offerings.InstanceType]) -> ScriptSpec | None:
     if not spec.pyxis.enabled:
         return None
     script = node_scripts.node_script(node_scripts.PYXIS_ENROOT)

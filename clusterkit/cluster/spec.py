@@ -92,10 +92,12 @@ class ComputeSpec:
 
     @property
     def instance(self) -> catalog.InstanceType | None:
+        """The catalog's entry (a curated type: its figures and price); None for any other type."""
         return catalog.find_instance_type(self.instance_type)
 
     @property
-    def facts(self) -> offerings.InstanceFacts | None:
+    def facts(self) -> catalog.InstanceType | None:
+        """The type's facts, for every type in EC2's table (a curated one's are its catalog entry)."""
         return offerings.table().facts(self.instance_type)
 
     @property
@@ -142,7 +144,7 @@ class QueueSpec:
     iam: IamSpec = field(default_factory=IamSpec)
     gpu_health_checks: bool | None = None  # None: on when every compute resource has GPUs
 
-    def instance_facts(self) -> list[offerings.InstanceFacts]:
+    def instance_facts(self) -> list[catalog.InstanceType]:
         """The facts of the queue's instance types that exist (unknown types are a rule's business)."""
         return [facts for facts in (compute.facts for compute in self.compute) if facts is not None]
 

@@ -31,15 +31,22 @@ def test_the_table_round_trips_through_its_own_format() -> None:
     assert text == offerings.TABLE_FILE.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("name", sorted(catalog.INSTANCE_TYPES))
-def test_the_catalog_agrees_with_the_table(name: str) -> None:
-    """One set of facts: the curated catalog (accelerators, prices) says what EC2 says."""
-    curated, facts = catalog.INSTANCE_TYPES[name], offerings.table().facts(name)
-    assert facts is not None
-    assert curated.efa_interfaces == facts.efa_interfaces
-    assert curated.nvme_gb == facts.instance_storage_gb
-    assert curated.accelerator_count == facts.accelerator_count
-    assert (curated.accelerator if curated.accelerator != "none" else "") == facts.accelerator
+def test_every_curated_type_is_one_value_of_the_table() -> None:
+    """One set of facts: a curated type is EC2's row with the curated figures, wherever it is looked up."""
+    assert set(catalog.INSTANCE_TYPES) == set(offerings.CURATED) <= set(offerings.table().names)
+    for name, facts in catalog.INSTANCE_TYPES.items():
+        assert facts is offerings.table().facts(name) and facts.vcpus and facts.memory_gib and facts.regions
+    assert catalog.resolve_instance_type("p4de") is offerings.table().facts("p4de.24xlarge")
+    trn2 = catalog.instance_type("trn2.48xlarge")
+    assert (trn2.accelerator_model, trn2.neuron_cores, trn2.logical_nc_configs, trn2.processes()) == \
+        ("Trainium2", 128, (2, 1), 64)
+
+
+def test_a_type_outside_the_catalog_has_ec2s_facts_only() -> None:
+    c7i = offerings.table().facts("c7i.large")
+    assert c7i is not None and catalog.find_instance_type("c7i.large") is None
+    assert (c7i.accelerator, c7i.vcpus, c7i.price_per_hour, c7i.processes()) == ("none", None, None, 1)
+    assert offerings.table().facts("c5.large").accelerator == catalog.instance_type("c5.large").accelerator == "none"
 
 
 @pytest.mark.slow
