@@ -67,6 +67,9 @@ PREEMPTED = "preempted"  # warned of a preemption: checkpointed and requeued
 CHECKPOINT_STORAGE_FULL = "checkpoint_storage_full"
 BUDGET_EXHAUSTED = "budget_exhausted"
 TERMINATED = "terminated"  # Slurm ended the attempt itself; Slurm's state says why
+# The `action` of a node_failure after which the step went on in the same allocation, on the healthy nodes and
+# spares (its `relaunched_on`), instead of a requeue.
+RELAUNCH = "relaunch"
 
 
 def read_decisions(path: Path) -> list[dict[str, Any]]:

@@ -42,6 +42,8 @@ class Attempt:
     start: str
     end: str
     classification: str
+    # The supervisor's relaunches of the step inside this attempt's allocation (spare nodes), in order.
+    recoveries: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,11 +83,22 @@ def classify(state: str, attempt_id: str, made: list[dict[str, Any]], pending_re
     return _BY_SLURM_STATE.get(state, state.lower())
 
 
+def recoveries(attempt_id: str, made: list[dict[str, Any]]) -> str:
+    """The relaunches on spare nodes the supervisor made in an attempt: the fault it saw and its evidence, the nodes
+    it drained, the nodes the step went on on; '' without one."""
+    return " | ".join(f"{','.join(map(str, d.get('nodes', [])))} drained ({d.get('evidence', '')}); relaunched on "
+                      f"{','.join(map(str, d.get('relaunched_on', [])))} at {d.get('time', '?')}"
+                      for d in made if d.get("attempt") == attempt_id and d.get("action") == runtime.RELAUNCH)
+
+
 def merge_attempts(job_id: str, accounting: list[AccountingRecord], controller: dict[str, str],
                    made: list[dict[str, Any]], replacing: tuple[str, ...] = ()) -> list[Attempt]:
     """Every attempt of `job_id` from accounting, the controller's view (`scontrol show job`, empty once
     it forgot the job) and the supervisor's decisions; attempts only some of them know still show.
     `replacing`: the nodes the cluster is replacing now (its provider knows), named in a pending reason."""
+    # A --no-kill job that lost a node, or was shrunk, has a RESIZING record for its part before the resize: the
+    # same attempt, not one of its own.
+    accounting = [record for record in accounting if record.base_state != "RESIZING"]
     restarts = int(controller["Restarts"]) if controller.get("Restarts", "").isdigit() else None
     decided = [int(index) for d in made for job, _, index in [str(d.get("attempt", "")).rpartition(".")]
                if job == job_id and index.isdigit()]
@@ -107,11 +120,13 @@ def merge_attempts(job_id: str, accounting: list[AccountingRecord], controller: 
         attempt_id = f"{job_id}.{index}"
         if record is None:
             merged.append(Attempt(index, NOT_IN_ACCOUNTING, "", "", "", "", classify(NOT_IN_ACCOUNTING, attempt_id,
-                                                                                       made)))
+                                                                                       made),
+                                  recoveries(attempt_id, made)))
         else:
             reason = pending_reason(controller) if index == restarts else ""
             merged.append(Attempt(index, record.state, record.exit_code, record.node_list, record.start, record.end,
-                                  classify(record.base_state, attempt_id, made, reason, replacing)))
+                                  classify(record.base_state, attempt_id, made, reason, replacing),
+                                  recoveries(attempt_id, made)))
     return merged
 
 

@@ -44,6 +44,7 @@ class Action(enum.Enum):
 
     FINISH = "finish"  # the run is complete: exit 0
     RETRY = "retry"  # start the step again on the same nodes
+    RELAUNCH = runtime.RELAUNCH  # start the step again on `Decision.nodes`, healthy ones and spares (after draining)
     REQUEUE = "requeue"  # requeue the job (after draining `Decision.drain`)
     STOP = "stop"  # the run ends here (after draining `Decision.drain`); a resubmission goes on uncharged
     LEAVE = "leave"  # Slurm is ending the job: exit and let Slurm decide what is next
@@ -66,7 +67,8 @@ class Outcome:
     """How one try of the step ended, as the supervisor saw it."""
 
     exit_code: int | None  # None: the supervisor stopped it
-    nodes: tuple[str, ...] = ()  # the allocation
+    nodes: tuple[str, ...] = ()  # the step's nodes (the allocation, unless it holds spares)
+    spares: tuple[str, ...] = ()  # the allocation's nodes held beside the step, none of them found bad
     hang_evidence: str = ""
     bad_nodes: NodeEvidence = ()  # found by the health check that ran beside the step, which then stopped it
     signalled: bool = False  # the job was warned (time limit or preemption)
@@ -133,6 +135,7 @@ class Decision:
     drain: NodeEvidence = ()  # drain these nodes with their evidence first
     spent: Bound | None = None  # with BUDGET_EXHAUSTED: the bound that is reached
     free_bytes: int | None = None  # with CHECKPOINT_STORAGE_FULL
+    nodes: tuple[str, ...] = ()  # with RELAUNCH: the step's nodes from now on
 
     @property
     def stopped(self) -> bool:
@@ -167,34 +170,39 @@ def warning_cause(time_left: float | None, signal_lead: float | None) -> Kind:
 def decide(outcome: Outcome, budget: Budget, health: Health) -> Decision:
     """The supervisor's choice after one try of the step. The first row that fits decides:
 
-    outcome                           health             budget                  decision                 action
-    bad node found beside the step    -                  failures left           node_failure             drain, requeue
-    bad node found beside the step    -                  failures spent          budget_exhausted         drain, stop
-    Slurm ending the job (SIGTERM)    -                  -                       terminated               leave
-    complete (Outcome.complete)       -                  -                       completed                finish
-    warned, lead + 60 s or less left  -                  time-limit bound left   time_limit               requeue
-    warned, lead + 60 s or less left  -                  time-limit bound spent  budget_exhausted         stop
-    warned earlier                    -                  preemption bound left   preempted                requeue
-    warned earlier                    -                  preemption bound spent  budget_exhausted         stop
-    failed (hang or non-zero exit)    job ending         -                       terminated               leave
-    failed                            storage full       -                       checkpoint_storage_full  stop
-    failed                            a bad node         failures left           node_failure             drain, requeue
-    failed                            a bad node         failures spent          budget_exhausted         drain, stop
-    hung                              all nodes healthy  failures left           hang                     retry
-    hung                              all nodes healthy  failures spent          budget_exhausted         stop
-    non-zero exit                     all nodes healthy  app retries spent       application_error        stop
-    non-zero exit                     all nodes healthy  failures left           application_error        retry
-    non-zero exit                     all nodes healthy  failures spent          budget_exhausted         stop
+    outcome                           health             budget             decision                 action
+    bad node beside, a spare each     -                  failures left      node_failure             drain, relaunch
+    bad node found beside the step    -                  failures left      node_failure             drain, requeue
+    bad node found beside the step    -                  failures spent     budget_exhausted         drain, stop
+    Slurm ending the job (SIGTERM)    -                  -                  terminated               leave
+    complete (Outcome.complete)       -                  -                  completed                finish
+    warned, lead + 60 s or less left  -                  time limits left   time_limit               requeue
+    warned, lead + 60 s or less left  -                  time limits spent  budget_exhausted         stop
+    warned earlier                    -                  preemptions left   preempted                requeue
+    warned earlier                    -                  preemptions spent  budget_exhausted         stop
+    failed (hang or non-zero exit)    job ending         -                  terminated               leave
+    failed                            storage full       -                  checkpoint_storage_full  stop
+    failed, a spare per bad node      a bad node         failures left      node_failure             drain, relaunch
+    failed                            a bad node         failures left      node_failure             drain, requeue
+    failed                            a bad node         failures spent     budget_exhausted         drain, stop
+    hung                              all nodes healthy  failures left      hang                     retry
+    hung                              all nodes healthy  failures spent     budget_exhausted         stop
+    non-zero exit                     all nodes healthy  app retries spent  application_error        stop
+    non-zero exit                     all nodes healthy  failures left      application_error        retry
+    non-zero exit                     all nodes healthy  failures spent     budget_exhausted         stop
 
     The lead is the one the job asked for (--signal-lead), else 900 s; a warning without the time left is the time
     limit's when the job asked for one. A count is spent when it has reached its bound (a bound of None never
-    is). Every non-zero exit counts against the application's retries, including the one that then finds the
-    restart budget spent. Health is looked at only for a failed step (Outcome.failed).
+    is; time limits and preemptions have bounds of their own). Every non-zero exit counts against the
+    application's retries, including the one that then finds the restart budget spent. Health is looked at only
+    for a failed step (Outcome.failed). With a healthy spare for each bad node of the step (Outcome.spares), the
+    step is relaunched on its healthy nodes and as many spares, in the same allocation, in place of a requeue;
+    like a requeue (and HyperPod's auto-resume, which counts a retry) it spends one restart.
     """
     code = outcome.exit_code
     if outcome.bad_nodes:
         return _node_failure(budget, "the check beside the step: " + _joined(outcome.bad_nodes), outcome.bad_nodes,
-                             code)
+                             code, outcome)
     if outcome.terminated:
         return Decision(Kind.TERMINATED, Action.LEAVE, "Slurm terminated the job (cancelled, a node failed, or the "
                         "time limit); Slurm requeues it if it is requeueable", budget, code or 143, code)
@@ -225,7 +233,7 @@ def decide(outcome: Outcome, budget: Budget, health: Health) -> Decision:
                         "would fail the same way; free space there, then resubmit", budget, code or 1, code,
                         free_bytes=health.free_bytes)
     if health.bad_nodes:
-        return _node_failure(budget, f"{failure}; " + _joined(health.bad_nodes), health.bad_nodes, code)
+        return _node_failure(budget, f"{failure}; " + _joined(health.bad_nodes), health.bad_nodes, code, outcome)
     if outcome.hang_evidence:
         kind, evidence = Kind.HANG, f"{failure}; all nodes healthy: retrying the step on the same nodes"
     else:
@@ -242,11 +250,23 @@ def decide(outcome: Outcome, budget: Budget, health: Health) -> Decision:
     return Decision(kind, Action.RETRY, evidence, after, 1, code)
 
 
-def _node_failure(budget: Budget, evidence: str, bad: NodeEvidence, code: int | None) -> Decision:
-    """Drain the bad nodes with their evidence, then requeue if the restart budget allows."""
+def _node_failure(budget: Budget, evidence: str, bad: NodeEvidence, code: int | None, outcome: Outcome) -> Decision:
+    """Drain the bad nodes with their evidence, then, if the restart budget allows, relaunch the step on its healthy
+    nodes and a spare for each bad one where the allocation holds enough, else requeue."""
     after = charge(budget, Bound.FAILURES)
     if after is None:
         return exhausted(budget, Bound.FAILURES, evidence, code, drain=bad)
+    failed = {node for node, _ in bad}
+    healthy = [node for node in outcome.nodes if node not in failed]
+    spares = [node for node in outcome.spares if node not in failed]
+    missing = len(outcome.nodes) - len(healthy)
+    if outcome.spares and len(spares) >= missing:
+        nodes = (*healthy, *spares[:missing])
+        return Decision(Kind.NODE_FAILURE, Action.RELAUNCH, f"{evidence}; relaunching the step on {','.join(nodes)} "
+                        f"(spare {','.join(spares[:missing])}) in the same allocation", after, 1, code, bad,
+                        nodes=nodes)
+    if outcome.spares:
+        evidence += f"; {len(spares)} spare(s) left for {missing} lost node(s): requeueing"
     return Decision(Kind.NODE_FAILURE, Action.REQUEUE, evidence, after, 1, code, bad)
 
 

@@ -5,6 +5,9 @@ When the step fails the supervisor tells apart
 
 - a node failure (a node not responding, or its health check failing): drain the node with the
   evidence as reason and requeue the job, so that it restarts on healthy nodes;
+  where the job holds spare nodes (`--spares`, the job spec's `supervise.spares`, with --no-kill) and a healthy
+  one is left for each bad node, relaunch the step instead on its healthy nodes and the spares, in the same
+  allocation (no requeue, no scheduling), and shrink the allocation to give the drained nodes back;
 - a hang (no heartbeat progress for `--hang-timeout` seconds, or no heartbeat at all for `--startup-timeout`
   seconds after the step started): stop the step, check the nodes, then requeue (bad node) or retry the step
   on the same allocation (all healthy);
@@ -73,8 +76,9 @@ class Supervisor:
                  hang_timeout: float, health_timeout: float, precheck: bool, slurm: Slurm | None = None,
                  max_time_limit_requeues: int | None = None, max_preemptions: int | None = None,
                  signal_lead: float | None = None, checkpoint_dir: Path | None = None,
-                 startup_timeout: float | None = None) -> None:
+                 startup_timeout: float | None = None, spares: int = 0) -> None:
         self.step = step
+        self.spares = spares  # nodes of the allocation held beside the step (the job runs with --no-kill)
         self.state_dir = state_dir
         self.max_restarts = max_restarts
         self.max_time_limit_requeues = max_time_limit_requeues  # None: no bound
@@ -108,6 +112,9 @@ class Supervisor:
             details["stopped"] = True
         if decision.kind is Kind.NODE_FAILURE:
             details["nodes"] = sorted(node for node, _ in decision.drain)
+        if decision.action is Action.RELAUNCH:
+            details["action"] = decision.action.value
+            details["relaunched_on"] = list(decision.nodes)
         if decision.kind is Kind.CHECKPOINT_STORAGE_FULL:
             details["free_bytes"] = decision.free_bytes
         if decision.spent is not None:
@@ -144,6 +151,8 @@ class Supervisor:
         self.note(decision, exit_code=decision.step_exit)
         if decision.action is Action.REQUEUE:
             self.requeue()
+        if decision.action is Action.RELAUNCH:
+            self.give_back([node for node, _ in decision.drain])
         return decision.exit_code
 
     def account_for_previous_attempt(self, budget: Budget) -> bool:
@@ -151,7 +160,9 @@ class Supervisor:
         (its own decisions spend when they are made). False when a bound is reached."""
         previous = budget.attempts_seen[-1]
         made = [d for d in runtime.read_decisions(self.run_state.decisions_path) if d.get("attempt") == previous]
-        if made and made[-1].get("decision") in REQUEUED_BY_US:
+        # A relaunch inside the allocation is no requeue: an attempt that ended after one (its batch host died) is
+        # charged below like any other that Slurm ended.
+        if made and made[-1].get("decision") in REQUEUED_BY_US and made[-1].get("action") != Action.RELAUNCH.value:
             return True
         if made and made[-1].get("stopped"):
             # The supervisor ended the run there itself (full storage, a failing application, a spent bound) and
@@ -209,6 +220,25 @@ class Supervisor:
     # ----- the allocation ---------------------------------------------------------------------------
     def allocation_nodes(self) -> list[str]:
         return self.slurm.hostnames(os.environ.get("SLURM_JOB_NODELIST", ""))
+
+    def give_back(self, bad: list[str]) -> None:
+        """Shrink the allocation to its nodes but `bad` (drained: Slurm removes a node it sets DOWN from a --no-kill
+        job by itself, not a drained one), so the job stops holding them; later steps exclude them either way."""
+        try:
+            held = self.slurm.hostnames(self.slurm.job_details(self.job_id).get("NodeList", ""))
+        except Exception as error:  # the controller not answering: the nodes stay held, unused
+            print(f"clusterkit supervisor: cannot read the allocation: {error}", file=sys.stderr, flush=True)
+            return
+        keep = [node for node in held if node not in bad]
+        if len(keep) == len(held) or not keep:
+            return
+        try:
+            self.slurm.run("scontrol", "update", f"JobId={self.job_id}", f"NodeList={','.join(keep)}")
+            print(f"clusterkit supervisor: gave {','.join(n for n in held if n in bad)} back: the allocation is "
+                  f"{','.join(keep)}", file=sys.stderr, flush=True)
+        except Exception as error:
+            print(f"clusterkit supervisor: could not give {','.join(bad)} back ({error}); later steps exclude it",
+                  file=sys.stderr, flush=True)
 
     def unhealthy_nodes(self, nodes: list[str]) -> dict[str, str]:
         """Node -> evidence, for nodes Slurm sees as down or whose health check fails or cannot run."""
@@ -293,7 +323,7 @@ class Supervisor:
 
     # ----- the step -----------------------------------------------------------------------------
     def run_step(self, try_number: int, nodes: list[str], newest_before: Path | None,
-                 precheck: concurrent.futures.Future | None = None) -> Outcome:
+                 precheck: concurrent.futures.Future | None = None, spares: tuple[str, ...] = ()) -> Outcome:
         """Run the step once. `precheck`: the nodes' health check, still running beside the step (it is
         off the resume's critical path); a bad node it finds stops the step."""
         heartbeats = self.state_dir / runtime.HEARTBEATS_DIR_NAME / f"{self.attempt}.{try_number}"
@@ -301,14 +331,21 @@ class Supervisor:
         env = dict(os.environ, **{runtime.HEARTBEAT_DIR_ENV: str(heartbeats),
                                   runtime.ATTEMPT_ID_ENV: f"{self.attempt}.{try_number}",
                                   runtime.STOP_FILE_ENV: str(runtime.stop_request_file(heartbeats))})
+        if self.spares:
+            # The rendered step's srun runs on exactly these (--nodes, --nodelist); the spares wait beside it.
+            env.update({runtime.STEP_NODES_ENV: ",".join(nodes), runtime.STEP_NUM_NODES_ENV: str(len(nodes))})
+            # srun would take the allocation's task count from these (nodes + spares): the step's comes from its
+            # --nodes and --ntasks-per-node.
+            for name in ("SLURM_NTASKS", "SLURM_NPROCS"):
+                env.pop(name, None)
         # A line in the job's log with the time: where a resume's seconds go can be read from it.
-        print(f"clusterkit supervisor: starting the step (attempt {self.attempt}, try {try_number}) at "
-              f"{time.time():.3f}", file=sys.stderr, flush=True)
+        print(f"clusterkit supervisor: starting the step (attempt {self.attempt}, try {try_number}) on "
+              f"{','.join(nodes)} at {time.time():.3f}", file=sys.stderr, flush=True)
         output_start = _output_end()
         process = subprocess.Popen(self.step, env=env, start_new_session=True)
         outcome = self._watch(process, heartbeats, precheck)
         return dataclasses.replace(
-            outcome, nodes=tuple(nodes), finished=every_rank_done(read_heartbeats(heartbeats)),
+            outcome, nodes=tuple(nodes), spares=spares, finished=every_rank_done(read_heartbeats(heartbeats)),
             log_tail=_output_since(output_start) if outcome.exit_code else "",
             time_left=self.warned_with_time_left, signal_lead=self.signal_lead,
             saved=self.saved_on_stop(newest_before, outcome.exit_code) if outcome.signalled else "")
@@ -435,21 +472,39 @@ class Supervisor:
                         stopped=True, free_bytes=_free_bytes(self.checkpoint_dir or self.state_dir.parent))
             return 1
         newest_before = _newest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
-        nodes = self.allocation_nodes()
-        # The health check of every node runs beside the first try of the step, not before it: a resume
-        # does not wait for it, and a bad node it finds stops the step.
-        checker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="clusterkit-precheck")
-        precheck = checker.submit(self.unhealthy_nodes, nodes) if self.precheck else None
-        checker.shutdown(wait=False)
+        allocation = self.allocation_nodes()
+        # With spares the step runs on the allocation's first nodes (the batch host among them) and the rest wait.
+        held = min(self.spares, max(len(allocation) - 1, 0))
+        nodes, spares = allocation[:len(allocation) - held], tuple(allocation[len(allocation) - held:])
+        # The health check of the step's nodes runs beside its first try (and of the spares that join a relaunched
+        # one), not before it: a resume does not wait for it, and a bad node it finds stops the step.
+        joined = nodes
         try_number = 0
         while True:
-            outcome = self.run_step(try_number, nodes, newest_before, precheck if try_number == 0 else None)
+            outcome = self.run_step(try_number, nodes, newest_before, self._precheck(joined), spares)
             health = self.health_after_failure(nodes) if outcome.failed else Health()
             decision = decisions.decide(outcome, self.budget_of(budget), health)
             code = self.carry_out(decision, budget)
-            if decision.action is not Action.RETRY:
+            if decision.action is Action.RELAUNCH:
+                joined = [node for node in decision.nodes if node not in nodes]
+                drained = {node for node, _ in decision.drain}
+                nodes = list(decision.nodes)
+                spares = tuple(node for node in spares if node not in nodes and node not in drained)
+            elif decision.action is Action.RETRY:
+                joined = []
+            else:
                 return code
             try_number += 1
+
+    def _precheck(self, nodes: list[str]) -> concurrent.futures.Future | None:
+        """The health check of `nodes`, started in the background; None when there is none to run."""
+        if not self.precheck or not nodes:
+            return None
+        checker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="clusterkit-precheck")
+        try:
+            return checker.submit(self.unhealthy_nodes, nodes)
+        finally:
+            checker.shutdown(wait=False)
 
     def _completed_attempt(self) -> str:
         """An earlier attempt of this job that completed the run, else ''."""
@@ -541,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
                             max_time_limit_requeues=_bound(args.max_time_limit_requeues),
                             max_preemptions=_bound(args.max_preemptions), signal_lead=args.signal_lead,
                             checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
-                            startup_timeout=args.startup_timeout)
+                            startup_timeout=args.startup_timeout, spares=args.spares)
     # Slurm's warning before the time limit (--signal=B:USR1@N), or a preemption notice. The handler
     # only starts a thread: asking Slurm for the time left must not run inside a signal handler.
     signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(target=supervisor.warned, daemon=True).start())

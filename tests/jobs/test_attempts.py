@@ -118,3 +118,14 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
                             timeout=60)
     assert result.returncode == 0, result.stderr
     return result
+
+
+def test_a_relaunch_on_a_spare_is_one_attempt_that_names_its_recovery() -> None:
+    # Slurm took the dead node out of the --no-kill job: accounting's RESIZING record is the same attempt.
+    made = [{"attempt": "9.0", "decision": "node_failure", "action": "relaunch", "nodes": ["n2"],
+             "relaunched_on": ["n1", "n3"], "evidence": "step exited 1; Slurm reports n2 down*", "time": "T5"},
+            {"attempt": "9.0", "decision": "completed", "evidence": "step exited 0 on n1,n3"}]
+    merged = merge_attempts("9", [record("RESIZING", "T1", "n[1-3]"), record("COMPLETED", "T1", "n[1,3]")],
+                            controller("COMPLETED", 0, "T1"), made)
+    assert summary(merged) == [(0, "COMPLETED", "completed")]
+    assert merged[0].recoveries == "n2 drained (step exited 1; Slurm reports n2 down*); relaunched on n1,n3 at T5"

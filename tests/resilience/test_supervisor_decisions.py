@@ -30,12 +30,15 @@ FAR = dataclasses.replace(NEAR, time_left=3 * 3600)
 HUNG = Outcome(None, NODES, hang_evidence="rank 1 on n2 made no progress past step 7 for 601 s")
 EXITED = Outcome(3, NODES)
 HEALTHY, ENDING, SICK = Health(), Health(job_ending=True), Health(bad_nodes=(("n1", "EFA 2 of 4"),))
+BESIDE_SPARE = dataclasses.replace(BESIDE, spares=("n3",))
+EXITED_SPARE = dataclasses.replace(EXITED, spares=("n3",))
 FULL = Health(storage_full="0.5 MiB free of 50 MiB on /fsx/run", free_bytes=512 << 10)
 LEFT = decisions.Budget(max_restarts=3, app_retries=1, max_time_limit_requeues=100, max_preemptions=5)
 SPENT = dataclasses.replace(LEFT, failures=3, time_limit_requeues=100, preemptions=5)
 APP_SPENT = dataclasses.replace(LEFT, application_failures=1)
 
 TABLE = [  # outcome, health, budget -> decision, action, drained
+    (BESIDE_SPARE, HEALTHY, LEFT, Kind.NODE_FAILURE, Action.RELAUNCH, True),
     (BESIDE, HEALTHY, LEFT, Kind.NODE_FAILURE, Action.REQUEUE, True),
     (BESIDE, HEALTHY, SPENT, Kind.BUDGET_EXHAUSTED, Action.STOP, True),
     (ENDED, HEALTHY, LEFT, Kind.TERMINATED, Action.LEAVE, False),
@@ -46,6 +49,7 @@ TABLE = [  # outcome, health, budget -> decision, action, drained
     (FAR, HEALTHY, SPENT, Kind.BUDGET_EXHAUSTED, Action.STOP, False),
     (EXITED, ENDING, LEFT, Kind.TERMINATED, Action.LEAVE, False),
     (HUNG, FULL, LEFT, Kind.CHECKPOINT_STORAGE_FULL, Action.STOP, False),
+    (EXITED_SPARE, SICK, LEFT, Kind.NODE_FAILURE, Action.RELAUNCH, True),
     (EXITED, SICK, LEFT, Kind.NODE_FAILURE, Action.REQUEUE, True),
     (HUNG, SICK, SPENT, Kind.BUDGET_EXHAUSTED, Action.STOP, True),
     (HUNG, HEALTHY, LEFT, Kind.HANG, Action.RETRY, False),
@@ -54,7 +58,8 @@ TABLE = [  # outcome, health, budget -> decision, action, drained
     (EXITED, HEALTHY, LEFT, Kind.APPLICATION_ERROR, Action.RETRY, False),
     (EXITED, HEALTHY, SPENT, Kind.BUDGET_EXHAUSTED, Action.STOP, False),
 ]
-_ACTIONS = {"drain, requeue": (Action.REQUEUE, True), "drain, stop": (Action.STOP, True),
+_ACTIONS = {"drain, relaunch": (Action.RELAUNCH, True), "drain, requeue": (Action.REQUEUE, True),
+            "drain, stop": (Action.STOP, True),
             "leave": (Action.LEAVE, False), "finish": (Action.FINISH, False), "requeue": (Action.REQUEUE, False),
             "stop": (Action.STOP, False), "retry": (Action.RETRY, False)}
 
@@ -93,6 +98,30 @@ def test_decide_follows_its_table(outcome: Outcome, health: Health, budget: deci
 def test_the_supervisors_exit_status_is_the_steps_where_it_has_one(outcome: Outcome, health: Health,
                                                                     budget: decisions.Budget, exit_code: int):
     assert decide(outcome, budget, health).exit_code == exit_code
+
+
+# ----- decide() with spare nodes -------------------------------------------------------------------------------------
+def test_a_relaunch_takes_the_healthy_nodes_and_a_spare_for_each_bad_one_and_spends_a_restart():
+    outcome = Outcome(1, ("n1", "n2", "n3"), spares=("n4", "n5"))
+    sick = Health(bad_nodes=(("n2", "Slurm reports n2 down*"), ("n3", "health check could not run on n3")))
+    decision = decide(outcome, LEFT, sick)
+    assert decision.action is Action.RELAUNCH and decision.nodes == ("n1", "n4", "n5")
+    assert [node for node, _ in decision.drain] == ["n2", "n3"] and decision.budget.failures == LEFT.failures + 1
+    assert "relaunching the step on n1,n4,n5 (spare n4,n5) in the same allocation" in decision.evidence
+
+
+def test_a_bad_spare_is_not_relaunched_onto_and_too_few_spares_requeue():
+    outcome = Outcome(None, ("n1", "n2"), spares=("n3", "n4"), bad_nodes=(("n2", "GPU lost"), ("n3", "EFA down")))
+    assert decide(outcome, LEFT, HEALTHY).nodes == ("n1", "n4")
+    fewer = dataclasses.replace(outcome, spares=("n3",))
+    decision = decide(fewer, LEFT, HEALTHY)
+    assert decision.action is Action.REQUEUE and decision.nodes == ()
+    assert "0 spare(s) left for 1 lost node(s): requeueing" in decision.evidence
+
+
+def test_a_relaunch_with_the_restart_budget_spent_stops():
+    decision = decide(BESIDE_SPARE, SPENT, HEALTHY)
+    assert decision.kind is Kind.BUDGET_EXHAUSTED and decision.action is Action.STOP and decision.drain
 
 
 # ----- decide() at its boundaries ----------------------------------------------------------------------------------
