@@ -7,7 +7,8 @@ When the step fails the supervisor tells apart
   evidence as reason and requeue the job, so that it restarts on healthy nodes;
   where the job holds spare nodes (`--spares`, the job spec's `supervise.spares`, with --no-kill) and a healthy
   one is left for each bad node, relaunch the step instead on its healthy nodes and the spares, in the same
-  allocation (no requeue, no scheduling), and shrink the allocation to give the drained nodes back;
+  allocation (no requeue, no scheduling); Slurm takes a node it sets DOWN out of the --no-kill allocation itself
+  (a drained one stays held, unused, until the job ends);
 - a hang (no heartbeat progress for `--hang-timeout` seconds, or no heartbeat at all for `--startup-timeout`
   seconds after the step started): stop the step, check the nodes, then requeue (bad node) or retry the step
   on the same allocation (all healthy);
@@ -151,8 +152,6 @@ class Supervisor:
         self.note(decision, exit_code=decision.step_exit)
         if decision.action is Action.REQUEUE:
             self.requeue()
-        if decision.action is Action.RELAUNCH:
-            self.give_back([node for node, _ in decision.drain])
         return decision.exit_code
 
     def account_for_previous_attempt(self, budget: Budget) -> bool:
@@ -220,25 +219,6 @@ class Supervisor:
     # ----- the allocation ---------------------------------------------------------------------------
     def allocation_nodes(self) -> list[str]:
         return self.slurm.hostnames(os.environ.get("SLURM_JOB_NODELIST", ""))
-
-    def give_back(self, bad: list[str]) -> None:
-        """Shrink the allocation to its nodes but `bad` (drained: Slurm removes a node it sets DOWN from a --no-kill
-        job by itself, not a drained one), so the job stops holding them; later steps exclude them either way."""
-        try:
-            held = self.slurm.hostnames(self.slurm.job_details(self.job_id).get("NodeList", ""))
-        except Exception as error:  # the controller not answering: the nodes stay held, unused
-            print(f"clusterkit supervisor: cannot read the allocation: {error}", file=sys.stderr, flush=True)
-            return
-        keep = [node for node in held if node not in bad]
-        if len(keep) == len(held) or not keep:
-            return
-        try:
-            self.slurm.run("scontrol", "update", f"JobId={self.job_id}", f"NodeList={','.join(keep)}")
-            print(f"clusterkit supervisor: gave {','.join(n for n in held if n in bad)} back: the allocation is "
-                  f"{','.join(keep)}", file=sys.stderr, flush=True)
-        except Exception as error:
-            print(f"clusterkit supervisor: could not give {','.join(bad)} back ({error}); later steps exclude it",
-                  file=sys.stderr, flush=True)
 
     def unhealthy_nodes(self, nodes: list[str]) -> dict[str, str]:
         """Node -> evidence, for nodes Slurm sees as down or whose health check fails or cannot run."""
