@@ -152,12 +152,17 @@ def partition(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path
         rows_here = [r for r in rows if r["name"].endswith("*")] or rows
     gpus_needed = spec.gpus_per_node or 0
     fitting = sum(int(r["nodes"]) for r in rows_here if _gpus(r["gres"]) >= gpus_needed)
-    if fitting >= spec.nodes:
+    allocated = spec.allocated_nodes  # the step's nodes and its spares
+    if fitting >= allocated:
         return []
     partition = wanted or (rows_here[0]["name"].rstrip("*") if rows_here else "default")
-    what = f"{spec.nodes} nodes" + (f" with {gpus_needed} GPUs each" if gpus_needed else "")
-    return [error("nodes", f"partition {partition!r} has {fitting} nodes that fit, the job asks "
-                  f"for {what}: it would pend forever", fix=f"ask for at most {fitting} nodes", value=spec.nodes)]
+    spares = allocated - spec.nodes
+    what = (f"{allocated} nodes" + (f" ({spec.nodes} and {spares} spare)" if spares else "")
+            + (f" with {gpus_needed} GPUs each" if gpus_needed else ""))
+    fix = (f"ask for at most {fitting} nodes, spares included" if spares else f"ask for at most {fitting} nodes")
+    return [error("supervise.spares" if spares and spec.nodes <= fitting else "nodes",
+                  f"partition {partition!r} has {fitting} nodes that fit, the job asks for {what}: it would pend "
+                  "forever", fix=fix, value=spares if spares and spec.nodes <= fitting else spec.nodes)]
 
 
 def preflight(spec: JobSpec, slurm: Slurm, workdir: Path) -> list[Finding]:

@@ -131,6 +131,16 @@ def test_preflight_names_what_the_cluster_cannot_give(local_cluster, tmp_path):
     assert "/nonexistent/img.sqsh" in by_path["container.image"].message
 
 
+def test_preflight_counts_the_spares_in_what_a_job_asks_for(local_cluster, tmp_path):
+    spec = job_from_dict({"name": "spares", "nodes": 4, "launcher": "srun", "command": ["true"],
+                          "supervise": {"spares": 1}})
+    with pytest.raises(PlanRefused) as raised:
+        submit_job(spec, local_cluster.name, workdir=tmp_path)
+    finding = {f.path: f for f in raised.value.findings}["supervise.spares"]
+    assert "has 4 nodes that fit, the job asks for 5 nodes (4 and 1 spare)" in finding.message
+    assert "spares included" in finding.fix
+
+
 def test_preflight_catches_a_node_python_that_cannot_run_the_pickled_function(local_cluster):
     # Debian's own python3 has no submitit: submitit would start it and fail on the node, silently.
     with pytest.raises(PlanRefused) as raised:
