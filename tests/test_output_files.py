@@ -244,6 +244,8 @@ def test_a_directory_the_user_may_not_write_is_one_line_naming_the_path() -> Non
         (scratch / "root-only").mkdir()
         as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-m",
                      "clusterkit"]
+        if subprocess.run([*as_nobody, "--version"], cwd=scratch, capture_output=True).returncode != 0:
+            pytest.skip("another user cannot run this checkout's clusterkit (a private directory above it)")
         for argv in [*_writers(scratch / "root-only"),
                      ("container", "import", "my-train:1.0", "--output", str(scratch / "root-only" / "c.sqsh"))]:
             result = subprocess.run([*as_nobody, *argv], cwd=scratch, capture_output=True, text=True, timeout=60,

@@ -77,6 +77,7 @@ def image(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) ->
 # `python -m`'s path, and which a relative path starts from; `/` until a remote run's directory is made), with
 # the cluster's PATH and the jobs' environment. 127: no such program; 3: it runs, but without clusterkit
 # (find_spec imports none of it).
+PATH_SHOWN_CHARS = 240  # an interpreter's path shown whole in the message, up to what a person reads
 _SUPERVISOR_PROBE = 'cd -- "$3" 2>/dev/null || cd /; command -v -- "$1" >/dev/null 2>&1 || exit 127; exec "$1" -c "$2"'
 _FINDS_CLUSTERKIT = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('clusterkit') else 3)"
 _SUPERVISOR_FIX = ("set supervise.python to a Python with clusterkit installed that every node has (an absolute path "
@@ -92,7 +93,7 @@ def supervisor_python(spec: JobSpec, slurm: Slurm, config: dict[str, str], workd
                                  env=slurm.env)
     if result.returncode == 0:
         return []
-    shown, where = repr(shorten(python)), slurm.transport.label
+    shown, where = repr(shorten(python, PATH_SHOWN_CHARS)), slurm.transport.label
     if result.returncode == 127:
         problem = f"{shown} is no program on {where}: the job would end at its start (exit 127)"
     elif result.returncode == 3:

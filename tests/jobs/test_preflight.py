@@ -61,7 +61,8 @@ def supervisor_findings(python: str | None, workdir: Path, path: str | None = No
 
 def test_a_supervisor_python_that_is_no_program_is_named(tmp_path: Path) -> None:
     canary = tmp_path / "canary"
-    for python in (str(tmp_path / "missing" / "python"), "-c", f"$(touch {canary})", "no-such-python3"):
+    # A path short enough that the finding's value is shown whole (a pytest tmp_path may be longer).
+    for python in ("/nonexistent-ck/missing/python", "-c", f"$(touch {canary})", "no-such-python3"):
         (finding,) = supervisor_findings(python, tmp_path)
         assert finding.path == "supervise.python" and finding.value == python
         assert "is no program on this machine" in finding.message and "exit 127" in finding.message
