@@ -41,7 +41,7 @@ def busy_loop() -> None:
 
 def one_recovery(cluster, checkpoint_every: int, steps: int) -> dict[str, float]:  # noqa: ANN001
     from clusterkit.jobs.spec import job_from_dict
-    from clusterkit.jobs.submit import submit_job
+    from clusterkit.jobs.submit import submit
     from clusterkit.providers.local import processes
     from clusterkit.resilience.heartbeat import read_heartbeats
 
@@ -53,7 +53,7 @@ def one_recovery(cluster, checkpoint_every: int, steps: int) -> dict[str, float]
         "max_restarts": 3, "supervise": True, "time": "10", "logs": {"output": "train_%j.out"},
         "env": {"TRAIN_STEPS": str(steps), "STEP_SECONDS": "0.2", "CHECKPOINT_EVERY": str(checkpoint_every)},
     })
-    handle = submit_job(spec, cluster.name, workdir=workdir)
+    handle = submit(spec, cluster.name, workdir=workdir)
     beats_root = workdir / "run" / ".clusterkit" / "heartbeats"
     first_try = beats_root / f"{handle.job_id}.0.0"
 

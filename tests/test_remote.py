@@ -173,10 +173,10 @@ def crash_one_node_of(local_cluster, handle) -> str:  # noqa: ANN001
 def test_a_resilient_run_from_afar_survives_a_node_crash_bit_identical(laptop, local_cluster, code, monkeypatch,
                                                                         uninterrupted_digest):
     from clusterkit.jobs.spec import job_from_dict
-    from clusterkit.jobs.submit import submit_job
+    from clusterkit.jobs.submit import submit
 
     monkeypatch.setenv("CLUSTERKIT_HOME", laptop["CLUSTERKIT_HOME"])
-    handle = submit_job(job_from_dict(resilient_spec()), REMOTE, sync=["examples"], source=code)
+    handle = submit(job_from_dict(resilient_spec()), REMOTE, sync=["examples"], source=code)
     victim = crash_one_node_of(local_cluster, handle)
     try:
         assert handle.wait(timeout=240, poll=1) == "COMPLETED"
@@ -189,10 +189,10 @@ def test_a_resilient_run_from_afar_survives_a_node_crash_bit_identical(laptop, l
 @pytest.mark.slow
 def test_watch_resubmits_from_afar(laptop, local_cluster, code, monkeypatch, uninterrupted_digest):
     from clusterkit.jobs.spec import job_from_dict
-    from clusterkit.jobs.submit import submit_job
+    from clusterkit.jobs.submit import submit
 
     monkeypatch.setenv("CLUSTERKIT_HOME", laptop["CLUSTERKIT_HOME"])
-    handle = submit_job(job_from_dict(resilient_spec(requeue=False)), REMOTE, sync=["examples"], source=code)
+    handle = submit(job_from_dict(resilient_spec(requeue=False)), REMOTE, sync=["examples"], source=code)
     watcher = subprocess.Popen([sys.executable, "-m", "clusterkit", "watch", handle.job_id, "--resubmit", "--cluster",
                                 REMOTE, "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=laptop)

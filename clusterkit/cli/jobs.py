@@ -72,7 +72,7 @@ def submit_spec(args: argparse.Namespace) -> int:
     from clusterkit.findings import Level
     from clusterkit.jobs.plan import plan_job
     from clusterkit.jobs.spec import load_job
-    from clusterkit.jobs.submit import submit_plan
+    from clusterkit.jobs.submit import submit
 
     spec = load_job(args.spec)
     plan = plan_job(spec, args.cluster, preflight=not args.no_preflight, spec_file=args.spec,
@@ -81,7 +81,7 @@ def submit_spec(args: argparse.Namespace) -> int:
         return print_plan(plan, args.output)
     if args.output == "table":
         print_findings([f for f in plan.findings if f.level is Level.WARNING], sys.stderr)
-    handle = submit_plan(plan)
+    handle = submit(plan)
     if plan.upload_from is not None and args.output == "table":
         progress(plan.uploads.summary(f"{handle.transport.label}:{plan.workdir}"))
     copied = plan.uploads.to_dict() if plan.upload_from is not None else {}

@@ -2,7 +2,7 @@
 
 The job is a plain job spec (mpi launcher: one task per GPU, wired up by Slurm's PMIx, `--cpu-bind=none`
 as in AWS's nccl-tests sbatch), rendered by the usual job plan (`plan_job`) and submitted with
-`submit_plan`. What the test runs and how its output is judged is the stack's (`stack/nccl_tests.py`).
+`submit`. What the test runs and how its output is judged is the stack's (`stack/nccl_tests.py`).
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def nccl_test_spec(nodes: int, *, cluster: str | None = None, instance_type: str
 
 def run_nccl_test(plan: JobPlan, *, timeout: float | None = None) -> tuple[JobHandle, BandwidthReport]:
     """Submit the test's plan, wait for it, and parse its output."""
-    from clusterkit.jobs.submit import submit_plan
+    from clusterkit.jobs.submit import submit
 
-    handle = submit_plan(plan)
+    handle = submit(plan)
     handle.wait(timeout=timeout)
     return handle, parse_bus_bandwidth(handle.stdout())

@@ -2,10 +2,10 @@
 
     plan = plan_job(spec, cluster="dev")     # rules, the cluster, the script (rendered once), preflight
     print(plan.script)                       # a dry run shows exactly this
-    handle = submit(plan)                    # sbatch receives exactly plan.script
+    record = apply(plan)                     # sbatch receives exactly plan.script
 
 `plan_job` reads the cluster (its partitions' instance types, and the preflight's checks) but
-changes nothing; `submit` is the one step with effects. The watcher resubmits a changed copy of a
+changes nothing; `apply` is the one step with effects (`clusterkit.submit` calls it). The watcher resubmits a changed copy of a
 plan (`with_exclusions`), rebuilt from the job's record.
 """
 
@@ -232,7 +232,7 @@ def _with_cluster_instance(spec: JobSpec, cluster_name: str, cluster: Cluster, f
     return spec
 
 
-def submit(plan: JobPlan) -> records.JobRecord:
+def apply(plan: JobPlan) -> records.JobRecord:
     """sbatch exactly `plan.script`; save and return the job's record. Refuses a plan with errors."""
     if not plan.ok or plan.script is None:
         raise PlanRefused(plan.findings, f"job {plan.name!r}" if plan.name else "the job")

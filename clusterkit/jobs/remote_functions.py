@@ -40,7 +40,7 @@ def run_agent(slurm: Slurm, python: str, *arguments: str, payload: bytes | None 
     return result.stdout
 
 
-def submit(slurm: Slurm, folder: str, python: str, parameters: dict[str, Any], *,
+def submit_calls(slurm: Slurm, folder: str, python: str, parameters: dict[str, Any], *,
            calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] | None = None, function: Any = None,
            items: list[Any] | None = None) -> list[dict[str, str]]:
     """Submit the calls (or one array of `function` over `items`); one {"job_id", "stdout", "stderr"} each."""

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from clusterkit.errors import ClusterkitError
 from clusterkit.findings import has_errors
 from clusterkit.jobs import records, remote_functions
 from clusterkit.jobs.handle import JobHandle
@@ -23,28 +24,28 @@ from clusterkit.providers import open_cluster, resolve_cluster_name, slurm_for
 from clusterkit.slurm import Slurm
 
 
-def submit_job(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path | None = None,
-               preflight: bool = True, spec_file: str | None = None, sync: list[str] | None = None,
-               source: str | Path | None = None) -> JobHandle:
-    """Plan the job (rules, cluster, the script, preflight) and submit exactly that plan. On a cluster
-    reached over SSH, `sync` (relative to `source`, default here) names the files its run needs."""
-    return submit_plan(plan_job(spec, cluster, workdir=workdir, preflight=preflight, spec_file=spec_file,
-                                sync=sync, source=source))
+def submit(job: JobSpec | JobPlan | dict[str, object] | str | Path, cluster: str | None = None, *,
+           workdir: str | Path | None = None, preflight: bool = True, sync: list[str] | None = None,
+           source: str | Path | None = None) -> JobHandle:
+    """The one way to submit a job spec: a JobSpec, plain data or the path of a YAML file is planned (rules,
+    cluster, the script, preflight) and exactly that plan goes to Slurm; a JobPlan (a dry run's, or a
+    resubmission's) goes as it is. On a cluster reached over SSH, `sync` (relative to `source`, default here)
+    names the files its run needs. Returns a handle that follows the job."""
+    if isinstance(job, JobPlan):
+        given = {"cluster": cluster, "workdir": workdir, "sync": sync, "source": source}
+        extra = [name for name, value in given.items() if value is not None] + ([] if preflight else ["preflight"])
+        if extra:
+            raise ClusterkitError(f"a plan already holds its {', '.join(extra)}",
+                                  fix="pass them to plan_job, or submit the spec instead of its plan")
+        plan = job
+    else:
+        from clusterkit.jobs.spec import job_from_dict, load_job
 
-
-def submit(spec: JobSpec | dict[str, Any] | str | Path, cluster: str | None = None, **options: Any) -> JobHandle:
-    """A job spec (a JobSpec, plain data, or the path of a YAML file) submitted as `submit_job` does."""
-    from clusterkit.jobs.spec import job_from_dict, load_job
-
-    if isinstance(spec, (str, Path)):
-        return submit_job(load_job(spec), cluster, spec_file=str(spec), **options)
-    return submit_job(job_from_dict(spec) if isinstance(spec, dict) else spec, cluster, **options)
-
-
-def submit_plan(plan: JobPlan) -> JobHandle:
-    """Submit a plan (see jobs.plan) and follow the job it became."""
-    record = plans.submit(plan)
-    return handle_from_record(record, slurm=plan.slurm)
+        spec_file = str(job) if isinstance(job, (str, Path)) else None
+        spec = load_job(job) if isinstance(job, (str, Path)) else job_from_dict(job) if isinstance(job, dict) else job
+        plan = plan_job(spec, cluster, workdir=workdir, preflight=preflight, spec_file=spec_file, sync=sync,
+                        source=source)
+    return handle_from_record(plans.apply(plan), slurm=plan.slurm)
 
 
 def _parameters(nodes: int, tasks_per_node: int, gpus_per_node: int, cpus_per_task: int, time_minutes: int,
@@ -80,7 +81,7 @@ def _function_jobs(cluster: str | None, name: str, parameters: dict[str, Any], p
             warnings.warn(str(finding), stacklevel=3)
     if slurm.transport.remote:
         folder = f"{target.runs_dir()}/functions/%j"
-        submitted = remote_functions.submit(slurm, folder, python, parameters, calls=calls, function=function,
+        submitted = remote_functions.submit_calls(slurm, folder, python, parameters, calls=calls, function=function,
                                             items=items)
         return [_function_handle(slurm, cluster, job["job_id"], name, job["stdout"], job["stderr"],
                                  remote_functions.RemoteResult(slurm, python, folder, job["job_id"]))

@@ -17,7 +17,7 @@ from clusterkit.jobs import records
 from clusterkit.jobs.attempts import Attempt, decisions
 from clusterkit.jobs.handle import JobHandle
 from clusterkit.jobs.plan import plan_from_record
-from clusterkit.jobs.submit import job_handle, submit_plan
+from clusterkit.jobs.submit import job_handle, submit
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.runtime import NODE_FAILURE
 from clusterkit.transport import ConnectionProblem
@@ -110,7 +110,7 @@ def watch(job_id: str, cluster: str | None = None, *, resubmit: bool = False, ma
         bad = _riding_out_outages(lambda: _bad_nodes(handle, record), handle.job_id, reconnect_for, say)
         # Not asked again on a failure: sbatch may have run before the connection dropped, and a second
         # copy of the job would write the same checkpoints.
-        handle = submit_plan(plan_from_record(record).with_exclusions(bad, resubmitted_from=handle.job_id))
+        handle = submit(plan_from_record(record).with_exclusions(bad, resubmitted_from=handle.job_id))
         result.resubmissions += 1
         result.job_ids.append(handle.job_id)
         say(f"job {result.job_ids[-2]} ended {state} ({result.classification}); resubmitted as job "

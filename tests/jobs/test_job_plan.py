@@ -14,7 +14,7 @@ from clusterkit import registry
 from clusterkit.cluster import preset, render_config
 from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Level
-from clusterkit.jobs.plan import PlanRefused, SyncSet, files_to_sync, plan_job, submit
+from clusterkit.jobs.plan import PlanRefused, SyncSet, apply, files_to_sync, plan_job
 from clusterkit.providers.aws.cluster import queue_instance_types
 
 from tests.golden import assert_matches_golden
@@ -80,7 +80,7 @@ def test_an_aws_cluster_plans_offline_but_says_where_jobs_are_submitted(home: Pa
     assert plan.ok and plan.spec.instance == "p4de.24xlarge" and plan.slurm is None
     assert any("head node" in f.message for f in plan.findings if f.rule == "job.cluster")
     with pytest.raises(ClusterkitError, match="no cluster to submit to"):
-        submit(plan)
+        apply(plan)
     with pytest.raises(ClusterkitError, match="submitted from its head node"):
         plan_job(make_spec(), "train", workdir=home)
 
@@ -96,7 +96,7 @@ def test_a_plan_with_errors_has_no_script_and_submit_refuses_it(home: Path) -> N
     plan = plan_job(make_spec(nodes=0, time="4 hours"), None, workdir=home, need_cluster=False)
     assert plan.script is None and not plan.ok
     with pytest.raises(PlanRefused) as refused:
-        submit(plan)
+        apply(plan)
     assert {f.path for f in refused.value.findings if f.level is Level.ERROR} == {"nodes", "time"}
 
 
@@ -224,3 +224,15 @@ def test_the_summary_counts_files_links_and_bytes_and_names_what_stayed() -> Non
     assert synced.summary("host:/runs/r") == ("copied 2 files and 1 link, 12.3 KiB to host:/runs/r; "
                                               "refused 7: x0, x1, x2, x3, x4 and 2 more")
     assert SyncSet(names=("a.py",), size=812).summary("h:/r") == "copied 1 file, 812 B to h:/r"
+
+
+def test_one_submit_takes_a_plan_as_it_is_and_refuses_options_the_plan_already_holds(home: Path) -> None:
+    from clusterkit.jobs.submit import submit
+
+    plan = plan_job(make_spec(), "nowhere", workdir=home, need_cluster=False)
+    for options in ({"cluster": "dev"}, {"workdir": home}, {"sync": ["src"]}, {"preflight": False}):
+        with pytest.raises(ClusterkitError, match="a plan already holds its") as refused:
+            submit(plan, **options)
+        assert next(iter(options)) in str(refused.value)
+    with pytest.raises(ClusterkitError, match="no cluster to submit to"):  # the plan itself goes to apply
+        submit(plan)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.jobs.spec import job_from_dict
-from clusterkit.jobs.submit import submit_job
+from clusterkit.jobs.submit import submit
 from clusterkit.providers.local import processes
 
 pytestmark = pytest.mark.slurm
@@ -101,7 +101,7 @@ def docker_spec(docker: Docker, name: str, program: str = SAVES_ON_STOP, **field
 
 
 def test_cancel_removes_the_containers_which_ran_as_the_jobs_user(local_cluster, workdir, docker):
-    handle = submit_job(job_from_dict(docker_spec(docker, "dock-cancel")), local_cluster.name, workdir=workdir)
+    handle = submit(job_from_dict(docker_spec(docker, "dock-cancel")), local_cluster.name, workdir=workdir)
     started = docker.wait_started(2)  # [NAME, "on", NODE, "as", USER]
     assert [user for _, _, _, _, user in started] == [f"{os.getuid()}:{os.getgid()}"] * 2
     assert {name for name, *_ in started} == {f"clusterkit-{local_cluster.config.slurm_cluster_name}-"
@@ -115,7 +115,7 @@ def test_cancel_removes_the_containers_which_ran_as_the_jobs_user(local_cluster,
 
 @pytest.mark.slow
 def test_the_time_limit_removes_the_containers(local_cluster, workdir, docker):
-    handle = submit_job(job_from_dict(docker_spec(docker, "dock-limit", time="1")), local_cluster.name,
+    handle = submit(job_from_dict(docker_spec(docker, "dock-limit", time="1")), local_cluster.name,
                         workdir=workdir)
     docker.wait_started(2)
     assert handle.wait(timeout=200, poll=1) == "TIMEOUT"
@@ -124,7 +124,7 @@ def test_the_time_limit_removes_the_containers(local_cluster, workdir, docker):
 
 
 def test_a_node_failure_removes_the_containers_on_the_surviving_nodes(local_cluster, workdir, docker):
-    handle = submit_job(job_from_dict(docker_spec(docker, "dock-crash", requeue=False)), local_cluster.name,
+    handle = submit(job_from_dict(docker_spec(docker, "dock-crash", requeue=False)), local_cluster.name,
                         workdir=workdir)
     started = docker.wait_started(2)
     victim = started[1][2]
@@ -142,7 +142,7 @@ def test_a_task_killed_by_kill_on_bad_exit_leaves_no_container(local_cluster, wo
     # Task 1 fails; srun kills task 0 outright (SIGKILL: its shell runs no trap). Its container keeps
     # running, as docker's would, until the step's cleanup removes it.
     program = 'if [[ $SLURM_PROCID == 1 ]]; then sleep 2; exit 3; fi; sleep 300'
-    handle = submit_job(job_from_dict(docker_spec(docker, "dock-bad-exit", program=program)), local_cluster.name,
+    handle = submit(job_from_dict(docker_spec(docker, "dock-bad-exit", program=program)), local_cluster.name,
                         workdir=workdir)
     docker.wait_started(2)
     assert handle.wait(timeout=120, poll=0.5) == "FAILED"
@@ -159,7 +159,7 @@ def test_the_supervisor_stopping_a_hung_step_removes_the_containers(local_cluste
                + SAVES_ON_STOP)
     spec = docker_spec(docker, "dock-hang", program=program, checkpoint_dir="run", max_restarts=0,
                        supervise={"hang_timeout": 5})
-    handle = submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir)
+    handle = submit(job_from_dict(spec), local_cluster.name, workdir=workdir)
     docker.wait_started(2)
     assert handle.wait(timeout=120, poll=0.5) == "FAILED"
     docker.wait_all_removed()

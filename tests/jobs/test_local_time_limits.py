@@ -16,7 +16,7 @@ import pytest
 from clusterkit import runtime
 from clusterkit.jobs.render import rendezvous_port
 from clusterkit.jobs.spec import job_from_dict
-from clusterkit.jobs.submit import submit_job
+from clusterkit.jobs.submit import submit
 from clusterkit.providers.local import processes
 
 pytestmark = pytest.mark.slurm
@@ -75,7 +75,7 @@ def timed_runs(local_cluster, tmp_path_factory: pytest.TempPathFactory) -> dict:
         workdir = tmp_path_factory.mktemp(spec["name"])
         (workdir / "examples").symlink_to(REPO / "examples")
         workdir.chmod(0o777)
-        runs[spec["name"]] = (submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir), workdir)
+        runs[spec["name"]] = (submit(job_from_dict(spec), local_cluster.name, workdir=workdir), workdir)
     return runs
 
 
@@ -105,7 +105,7 @@ def test_a_warning_that_lands_after_the_last_step_does_not_requeue_a_finished_ru
     # then, as Slurm's does when a run ends close to its limit.
     spec = timed_spec("finished-when-warned", supervise=supervised,
                       env={"TRAIN_STEPS": str(STEPS), "STEP_SECONDS": "0.1", "EXAMPLE_FAULT": "slow-exit"})
-    handle = submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir)
+    handle = submit(job_from_dict(spec), local_cluster.name, workdir=workdir)
     processes.wait_until(lambda: f"done: {STEPS} steps" in handle.stdout(), 120, "the last step", interval=0.2)
     local_cluster.slurm().run("scancel", "--batch", "--signal=USR1", handle.job_id)
     assert handle.wait(timeout=120, poll=0.5) == "COMPLETED", handle.stdout()[-3000:]
@@ -128,7 +128,7 @@ def test_two_jobs_sharing_their_first_node_meet_in_two_stores(local_cluster, wor
                 "sbatch": ["--nodelist=n3"], "time": "10",
                 "env": {"TRAIN_STEPS": "40", "STEP_SECONDS": "0.25", "CHECKPOINT_EVERY": "100000"},
                 "logs": {"output": f"share{index}_%j.out"}}
-        jobs.append(submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir))
+        jobs.append(submit(job_from_dict(spec), local_cluster.name, workdir=workdir))
     processes.wait_until(lambda: all(job.state == "RUNNING" for job in jobs), 60, "both jobs to run on n3",
                          interval=0.2)
     assert [job.wait(timeout=180, poll=0.5) for job in jobs] == ["COMPLETED", "COMPLETED"]
@@ -165,7 +165,7 @@ def test_a_real_job_keeps_hostile_values_inert(local_cluster, workdir, launcher:
         (fake / "neuron_parallel_compile").chmod(0o755)
         spec.update(instance="trn1", processes_per_node=1, launcher={"type": "neuron", "compile_cache": str(workdir)})
         spec["env"]["PATH"] = f"{fake}:{spec['env']['PATH']}"
-    handle = submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir)
+    handle = submit(job_from_dict(spec), local_cluster.name, workdir=workdir)
     state = handle.wait(timeout=120, poll=0.5)
     assert not canary.exists()
     if launcher == "mpi" and "can not load PMIx library" in handle.stdout():

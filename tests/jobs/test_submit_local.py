@@ -13,7 +13,7 @@ import pytest
 
 from clusterkit.jobs.spec import job_from_dict, load_job
 from clusterkit.jobs.plan import PlanRefused
-from clusterkit.jobs.submit import job_handle, map_array, submit_function, submit_job
+from clusterkit.jobs.submit import job_handle, map_array, submit_function, submit
 from clusterkit.providers.local import processes
 
 pytestmark = pytest.mark.slurm
@@ -39,7 +39,7 @@ def whoami() -> dict:
 def test_two_node_torchrun_allreduce_from_the_example_spec_completes(local_cluster, tmp_path):
     spec = load_job(REPO / "examples/jobs/local-allreduce.yaml")
     (tmp_path / "examples").symlink_to(REPO / "examples")
-    handle = submit_job(spec, local_cluster.name, workdir=tmp_path)
+    handle = submit(spec, local_cluster.name, workdir=tmp_path)
     assert handle.result(timeout=180) == "COMPLETED"
     log = handle.stdout()
     assert "all-reduce over 4 ranks" in log and "(expected 10.0)" in log
@@ -63,7 +63,7 @@ def test_a_sweep_goes_out_as_one_array_of_twenty(local_cluster):
 def test_cancel_ends_a_running_job_and_status_shows_it(local_cluster, tmp_path):
     spec = job_from_dict({"name": "sleeper", "nodes": 1, "launcher": "srun", "command": ["sleep", "300"],
                           "logs": {"output": "sleeper_%j.out"}})
-    handle = submit_job(spec, local_cluster.name, workdir=tmp_path)
+    handle = submit(spec, local_cluster.name, workdir=tmp_path)
     processes.wait_until(lambda: handle.state == "RUNNING", 30, "the job to run", interval=0.2)
     result = clusterkit("cancel", handle.job_id, "--cluster", local_cluster.name)
     assert result.returncode == 0, result.stderr
@@ -103,7 +103,7 @@ def test_handle_follows_a_job_requeued_after_a_node_crash(local_cluster, tmp_pat
     spec = job_from_dict({"name": "survivor", "nodes": 1, "launcher": "srun", "requeue": True,
                           "command": ["bash", "-c", 'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then sleep 300; fi'],
                           "logs": {"output": "survivor_%j.out"}})
-    handle = submit_job(spec, local_cluster.name, workdir=tmp_path)
+    handle = submit(spec, local_cluster.name, workdir=tmp_path)
     processes.wait_until(lambda: handle.state == "RUNNING", 30, "the job to run", interval=0.2)
     node = job_handle(handle.job_id, local_cluster.name).tracker.slurm.job_details(handle.job_id)["NodeList"]
     local_cluster.crash_node(node)
@@ -124,7 +124,7 @@ def test_preflight_names_what_the_cluster_cannot_give(local_cluster, tmp_path):
     spec = job_from_dict({"name": "too-big", "nodes": 9, "launcher": "srun", "command": ["true"],
                           "container": {"runtime": "pyxis", "image": "/nonexistent/img.sqsh"}})
     with pytest.raises(PlanRefused) as raised:
-        submit_job(spec, local_cluster.name, workdir=tmp_path)
+        submit(spec, local_cluster.name, workdir=tmp_path)
     by_path = {f.path: f for f in raised.value.findings}
     assert "partition 'compute' has 4 nodes that fit, the job asks for 9 nodes" in by_path["nodes"].message
     assert "pyxis plugin is not loaded" in by_path["container.runtime"].message
@@ -135,7 +135,7 @@ def test_preflight_counts_the_spares_in_what_a_job_asks_for(local_cluster, tmp_p
     spec = job_from_dict({"name": "spares", "nodes": 4, "launcher": "srun", "command": ["true"],
                           "supervise": {"spares": 1}})
     with pytest.raises(PlanRefused) as raised:
-        submit_job(spec, local_cluster.name, workdir=tmp_path)
+        submit(spec, local_cluster.name, workdir=tmp_path)
     finding = {f.path: f for f in raised.value.findings}["supervise.spares"]
     assert "has 4 nodes that fit, the job asks for 5 nodes (4 and 1 spare)" in finding.message
     assert "spares included" in finding.fix
@@ -174,7 +174,7 @@ def test_the_script_a_dry_run_prints_is_the_script_slurm_runs(local_cluster, tmp
 def test_a_notebook_follows_the_log_and_reads_each_attempt(local_cluster, tmp_path):
     spec = job_from_dict({"name": "counter", "launcher": "srun", "command": ["bash", "-c", "for i in 1 2 3; do "
                           "echo line $i; sleep 0.5; done"], "logs": {"output": "count_%j.out"}})
-    handle = submit_job(spec, local_cluster.name, workdir=tmp_path)
+    handle = submit(spec, local_cluster.name, workdir=tmp_path)
     chunks = list(handle.follow_log(poll=0.2))
     text = "".join(chunks)
     assert [line for line in text.splitlines() if line.startswith("line ")] == ["line 1", "line 2", "line 3"]

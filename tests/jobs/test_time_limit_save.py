@@ -18,7 +18,7 @@ import pytest
 
 from clusterkit import runtime
 from clusterkit.jobs.spec import job_from_dict
-from clusterkit.jobs.submit import submit_job
+from clusterkit.jobs.submit import submit
 from clusterkit.providers.local import processes
 from clusterkit.resilience import CheckpointManager
 
@@ -46,7 +46,7 @@ def slow_saves(local_cluster, tmp_path_factory: pytest.TempPathFactory) -> dict:
         workdir = tmp_path_factory.mktemp(spec["name"])
         (workdir / "examples").symlink_to(REPO / "examples")
         workdir.chmod(0o777)
-        runs[spec["name"]] = [submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir), workdir, None]
+        runs[spec["name"]] = [submit(job_from_dict(spec), local_cluster.name, workdir=workdir), workdir, None]
     warned = {}
     for name, (handle, _, _) in runs.items():
         processes.wait_until(lambda: "training: world 2, starting" in handle.stdout(), 120, f"{name} to train",

@@ -226,11 +226,11 @@ def test_status_shows_both_attempts_after_two_nodes_crash_at_once(local_cluster,
     import threading
 
     from clusterkit.jobs.spec import job_from_dict
-    from clusterkit.jobs.submit import submit_job
+    from clusterkit.jobs.submit import submit
 
     spec = job_from_dict({"name": "twin-crash", "nodes": 2, "launcher": "srun", "logs": {"output": "twin_%j.out"},
                           "command": ["bash", "-c", 'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then sleep 300; fi']})
-    handle = submit_job(spec, local_cluster.name, workdir=tmp_path)
+    handle = submit(spec, local_cluster.name, workdir=tmp_path)
     wait_for(lambda: handle.state == "RUNNING", 30, "the job to run")
     nodes = local_cluster.slurm().hostnames(local_cluster.slurm().job_details(handle.job_id)["NodeList"])
     crashes = [threading.Thread(target=local_cluster.crash_node, args=(node,)) for node in nodes]

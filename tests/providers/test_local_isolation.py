@@ -10,7 +10,7 @@ import pytest
 
 from clusterkit.jobs.render import rendezvous_port
 from clusterkit.jobs.spec import job_from_dict
-from clusterkit.jobs.submit import submit_job
+from clusterkit.jobs.submit import submit
 from clusterkit.providers.local import processes
 from clusterkit.providers.local.cluster import LocalCluster
 from tests.conftest import RESILIENT_STEPS
@@ -47,7 +47,7 @@ def test_jobs_with_one_id_on_two_clusters_train_apart(local_cluster, own_cluster
                 "command": ["examples/train_resilient.py"], "checkpoint_dir": "run", "time": "10",
                 "env": {"TRAIN_STEPS": str(RESILIENT_STEPS), "STEP_SECONDS": "0.25"},
                 "logs": {"output": "twin_%j.out"}}
-        handles.append(submit_job(job_from_dict(spec), cluster.name, workdir=workdir))
+        handles.append(submit(job_from_dict(spec), cluster.name, workdir=workdir))
     assert handles[0].job_id == handles[1].job_id == str(target)
     processes.wait_until(lambda: all(handle.state == "RUNNING" for handle in handles), 120,
                          "both jobs to run at once", interval=0.2)

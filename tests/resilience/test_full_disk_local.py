@@ -16,7 +16,7 @@ import pytest
 
 from clusterkit import runtime
 from clusterkit.jobs.spec import job_from_dict
-from clusterkit.jobs.submit import submit_job
+from clusterkit.jobs.submit import submit
 from clusterkit.providers.local import processes
 from clusterkit.resilience import CheckpointManager
 from tests.conftest import RESILIENT_STEPS as STEPS
@@ -60,7 +60,7 @@ def test_a_full_checkpoint_disk_stops_the_run_with_the_reason_and_a_resubmission
             "command": ["examples/train_resilient.py"], "checkpoint_dir": "run", "time": "10", "supervise": True,
             "env": {"TRAIN_STEPS": str(STEPS), "STEP_SECONDS": "0.3", "CHECKPOINT_EVERY": "10"},
             "logs": {"output": "train_%j.out"}}
-    handle = submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir)
+    handle = submit(job_from_dict(spec), local_cluster.name, workdir=workdir)
     processes.wait_until(lambda: "checkpoint at step 10" in handle.stdout(), 120, "the first checkpoint",
                          interval=0.2)
     filler = fill(workdir / "run")
@@ -82,7 +82,7 @@ def test_a_full_checkpoint_disk_stops_the_run_with_the_reason_and_a_resubmission
     assert manager.load(last_good)["step"] == last_good.step
 
     os.unlink(filler)
-    again = submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir)
+    again = submit(job_from_dict(spec), local_cluster.name, workdir=workdir)
     assert again.wait(timeout=240, poll=0.5) == "COMPLETED", again.stdout()[-3000:]
     assert f"resuming from step {last_good.step}" in again.stdout()
     assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest

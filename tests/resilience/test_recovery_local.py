@@ -15,7 +15,7 @@ import pytest
 
 from clusterkit import runtime
 from clusterkit.jobs.spec import job_from_dict
-from clusterkit.jobs.submit import submit_job
+from clusterkit.jobs.submit import submit
 from clusterkit.providers.local import processes
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -51,7 +51,7 @@ def wait_for_log(handle, text: str, timeout: float = 60) -> None:
 
 def test_node_crash_resumes_from_last_checkpoint_on_healthy_nodes_bit_identical(
         local_cluster, workdir, uninterrupted_digest):
-    handle = submit_job(job_from_dict(training_spec()), local_cluster.name, workdir=workdir)
+    handle = submit(job_from_dict(training_spec()), local_cluster.name, workdir=workdir)
     wait_for_log(handle, "checkpoint at step 20")
     first_nodes = local_cluster.slurm().job_details(handle.job_id)["NodeList"]
     victim = sorted(local_cluster.slurm().run("scontrol", "show", "hostnames", first_nodes).stdout.split())[-1]
@@ -73,7 +73,7 @@ def test_node_crash_resumes_from_last_checkpoint_on_healthy_nodes_bit_identical(
 
 def test_a_killed_training_process_on_healthy_nodes_is_retried_within_budget(local_cluster, workdir,
                                                                             uninterrupted_digest):
-    handle = submit_job(job_from_dict(training_spec("crash-once")), local_cluster.name, workdir=workdir)
+    handle = submit(job_from_dict(training_spec("crash-once")), local_cluster.name, workdir=workdir)
     assert handle.wait(timeout=180, poll=0.5) == "COMPLETED"
     made = [d["decision"] for d in decisions(workdir)]
     assert made == ["application_error", "completed"], made
@@ -86,7 +86,7 @@ def test_a_killed_training_process_on_healthy_nodes_is_retried_within_budget(loc
 
 
 def test_an_application_that_always_fails_stops_after_its_budget(local_cluster, workdir):
-    handle = submit_job(job_from_dict(training_spec("always")), local_cluster.name, workdir=workdir)
+    handle = submit(job_from_dict(training_spec("always")), local_cluster.name, workdir=workdir)
     assert handle.wait(timeout=180, poll=0.5) == "FAILED"
     made = decisions(workdir)
     assert [d["decision"] for d in made] == ["application_error", "application_error"]
@@ -96,7 +96,7 @@ def test_an_application_that_always_fails_stops_after_its_budget(local_cluster, 
 
 
 def test_a_hung_rank_is_detected_and_the_step_recovers(local_cluster, workdir, uninterrupted_digest):
-    handle = submit_job(job_from_dict(training_spec("hang-once", hang_timeout=8)), local_cluster.name,
+    handle = submit(job_from_dict(training_spec("hang-once", hang_timeout=8)), local_cluster.name,
                         workdir=workdir)
     assert handle.wait(timeout=240, poll=0.5) == "COMPLETED"
     made = decisions(workdir)
@@ -108,7 +108,7 @@ def test_a_hung_rank_is_detected_and_the_step_recovers(local_cluster, workdir, u
 def test_a_step_stuck_before_its_first_heartbeat_is_a_hang_and_recovers(local_cluster, workdir,
                                                                         uninterrupted_digest):
     spec = training_spec("stuck-start-once", hang_timeout=8, startup_timeout=25)
-    handle = submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir)
+    handle = submit(job_from_dict(spec), local_cluster.name, workdir=workdir)
     assert handle.wait(timeout=240, poll=0.5) == "COMPLETED", handle.stdout()[-3000:]
     made = decisions(workdir)
     assert [d["decision"] for d in made] == ["hang", "completed"], made
@@ -119,7 +119,7 @@ def test_a_step_stuck_before_its_first_heartbeat_is_a_hang_and_recovers(local_cl
 
 def test_a_node_failing_its_health_check_is_drained_and_the_job_requeued(local_cluster, workdir,
                                                                         uninterrupted_digest):
-    handle = submit_job(job_from_dict(training_spec("crash-once")), local_cluster.name, workdir=workdir)
+    handle = submit(job_from_dict(training_spec("crash-once")), local_cluster.name, workdir=workdir)
     wait_for_log(handle, "checkpoint at step 10")
     nodes = local_cluster.slurm().run("scontrol", "show", "hostnames",
                                     local_cluster.slurm().job_details(handle.job_id)["NodeList"]).stdout.split()
@@ -142,7 +142,7 @@ def test_watch_resubmits_a_job_slurm_did_not_requeue_without_the_bad_node(local_
                                                                           uninterrupted_digest):
     spec = training_spec()
     spec["requeue"] = False  # Slurm ends it NODE_FAIL; only the watcher can bring it back
-    handle = submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir)
+    handle = submit(job_from_dict(spec), local_cluster.name, workdir=workdir)
     wait_for_log(handle, "checkpoint at step 20")
     nodes = local_cluster.slurm().run("scontrol", "show", "hostnames",
                                     local_cluster.slurm().job_details(handle.job_id)["NodeList"]).stdout.split()

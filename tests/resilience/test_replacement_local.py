@@ -17,7 +17,7 @@ import pytest
 from clusterkit import ClusterRequest, create_cluster
 from clusterkit.jobs.attempts import merge_attempts
 from clusterkit.jobs.spec import job_from_dict
-from clusterkit.jobs.submit import submit_job
+from clusterkit.jobs.submit import submit
 from clusterkit.pids import pid_alive
 from clusterkit.providers.local import processes
 from clusterkit.providers.local.cluster import LocalCluster
@@ -89,7 +89,7 @@ def test_a_job_that_needs_every_node_resumes_at_full_size_on_the_replacement_bit
     cluster = replacing_cluster
     (tmp_path / "examples").symlink_to(REPO / "examples")
     spec = training_spec()  # 2 nodes: every node of this cluster
-    handle = submit_job(job_from_dict(spec), cluster.name, workdir=tmp_path)
+    handle = submit(job_from_dict(spec), cluster.name, workdir=tmp_path)
     wait_for_log(handle, "checkpoint at step 20", timeout=90)
     cluster.crash_node("n2")
     processes.wait_until(lambda: "n2" in cluster.replacements(), 60, "n2's replacement to start", interval=0.2)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from clusterkit.jobs.spec import job_from_dict
-from clusterkit.jobs.submit import submit_job
+from clusterkit.jobs.submit import submit
 
 from tests.resilience.test_recovery_local import decisions, training_spec, wait_for_log, workdir  # noqa: F401
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 def test_a_crashed_step_node_is_replaced_by_the_spare_in_the_same_allocation_bit_identical(
         local_cluster, workdir, uninterrupted_digest):  # noqa: F811
     spec = training_spec(spares=1)
-    handle = submit_job(job_from_dict(spec), local_cluster.name, workdir=workdir)
+    handle = submit(job_from_dict(spec), local_cluster.name, workdir=workdir)
     wait_for_log(handle, "checkpoint at step 20")
     slurm = local_cluster.slurm()
     details = slurm.job_details(handle.job_id)
