@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.findings import Finding
+from clusterkit.findings import Finding, shorten
 from clusterkit.jobs import preflight
 from clusterkit.jobs.spec import JobSpec
 from clusterkit.slurm import Slurm
@@ -61,10 +61,9 @@ def supervisor_findings(python: str | None, workdir: Path, path: str | None = No
 
 def test_a_supervisor_python_that_is_no_program_is_named(tmp_path: Path) -> None:
     canary = tmp_path / "canary"
-    # A path short enough that the finding's value is shown whole (a pytest tmp_path may be longer).
-    for python in ("/nonexistent-ck/missing/python", "-c", f"$(touch {canary})", "no-such-python3"):
+    for python in (str(tmp_path / "missing" / "python"), "-c", f"$(touch {canary})", "no-such-python3"):
         (finding,) = supervisor_findings(python, tmp_path)
-        assert finding.path == "supervise.python" and finding.value == python
+        assert finding.path == "supervise.python" and finding.value == shorten(python)  # as every finding shows it
         assert "is no program on this machine" in finding.message and "exit 127" in finding.message
         assert "supervise.python" in finding.fix
     assert not canary.exists()
