@@ -29,6 +29,7 @@ KEY_PREFIX = "clusterkit/node-scripts"
 PYXIS_ENROOT = "pyxis-enroot.sh"
 NEURON = "neuron.sh"
 CLUSTERKIT_VENV = "clusterkit-venv.sh"
+CLUSTERKIT_AGENT = "clusterkit-agent.sh"
 
 # The Neuron packages of Neuron SDK 2.28.0 (Trn1): the driver the node needs, and the runtime,
 # collectives and tools for jobs run without a container. The container recipes pin the same release

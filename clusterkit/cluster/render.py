@@ -145,7 +145,7 @@ def _head_node(spec: ClusterSpec) -> Config:
         "LocalStorage": {"RootVolume": {"Size": head.root_volume_gb, "Encrypted": True, "VolumeType": "gp3"}},
     }
     facts = offerings.table().facts(head.instance_type)
-    setup = [script for script in (_pyxis(spec, "head", [facts] if facts else []), _clusterkit(spec)) if script]
+    setup = [script for script in (_pyxis(spec, "head", [facts] if facts else []), *_clusterkit(spec)) if script]
     actions = _custom_actions(head.custom_actions, setup)
     if actions:
         node["CustomActions"] = actions
@@ -308,13 +308,17 @@ def clusterkit_venv(spec: ClusterSpec) -> str:
     return f"{shared_dir(spec)}/clusterkit/venv-{__version__}"
 
 
-def _clusterkit(spec: ClusterSpec) -> ScriptSpec | None:
+def _clusterkit(spec: ClusterSpec) -> list[ScriptSpec]:
+    """clusterkit on the head node: its virtualenv, then the cluster agent run from it as a service (it watches
+    the batch hosts, which no supervisor outlives)."""
     if not spec.clusterkit.install:
-        return None
-    script = node_scripts.node_script(node_scripts.CLUSTERKIT_VENV)
+        return []
+    bucket = scripts_bucket(spec)
+    venv = node_scripts.node_script(node_scripts.CLUSTERKIT_VENV)
+    agent = node_scripts.node_script(node_scripts.CLUSTERKIT_AGENT)
     package = spec.clusterkit.package or f"clusterkit=={__version__}"
-    return ScriptSpec(script=script.url(scripts_bucket(spec)), args=["--venv", clusterkit_venv(spec),
-                                                                     "--package", package])
+    return [ScriptSpec(script=venv.url(bucket), args=["--venv", clusterkit_venv(spec), "--package", package]),
+            ScriptSpec(script=agent.url(bucket), args=["--venv", clusterkit_venv(spec)])]
 
 
 def installs_neuron(spec: ClusterSpec, queue: QueueSpec) -> bool:

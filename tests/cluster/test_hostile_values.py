@@ -134,17 +134,18 @@ def _with(data: dict[str, Any], path: str, value: str, as_key: bool) -> dict[str
 
 
 def _run_node_scripts(config: dict[str, Any], tmp_path: Path) -> int:
-    """Run every clusterkit script the config runs, each on a fresh scratch node; how many ran."""
+    """Run every clusterkit script the config runs, in order, on a fresh scratch node per node role (the agent's
+    script finds the virtualenv the one before it installed); how many ran."""
     from clusterkit.cluster.node_scripts import node_script
 
     ran = 0
     for event_holder in _custom_actions(config):
+        node = make_node(tmp_path / f"node-{len(list(tmp_path.iterdir()))}")
         for event, action in event_holder.items():
             for step in action.get("Sequence", [action]):
                 url = step["Script"]
                 if url not in uploads(config):
                     continue  # the spec's own script: not clusterkit's to run
-                node = make_node(tmp_path / f"node-{len(list(tmp_path.iterdir()))}")
                 name = url.rsplit("/", 1)[1]
                 result = run_script(node, node_script(name).path, list(step.get("Args", [])), event=event, url=url)
                 assert result.returncode == 0, result.stderr
@@ -185,8 +186,8 @@ def test_a_hostile_value_is_refused_or_harmless(path: str, tmp_path: Path) -> No
                 assert not any(re.search(CONTROL_RE, str(f)) for f in findings)  # every finding one line
                 continue
             assert spec is not None
-            # pyxis on head and queue, neuron, clusterkit on the head node
-            assert _run_node_scripts(render_config(spec), tmp_path) == 4
+            # pyxis on head and queue, neuron, clusterkit and its agent on the head node
+            assert _run_node_scripts(render_config(spec), tmp_path) == 5
             assert not canary.exists(), f"{path} = {value[:60]!r} ran a command"
 
 

@@ -3,17 +3,18 @@ them."""
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
 import pytest
-from tests.cluster.node_script_runner import make_node, run_script, shipped
+from tests.cluster.node_script_runner import Node, make_node, run_script, shipped
 from tests.tools import shellcheck
 
 from clusterkit.cluster import preset, render_config
 from clusterkit.cluster.node_scripts import NEURON_PACKAGES, NEURON_SDK, node_script, uploads
 
-SCRIPTS = ("pyxis-enroot.sh", "neuron.sh", "clusterkit-venv.sh")
+SCRIPTS = ("pyxis-enroot.sh", "neuron.sh", "clusterkit-venv.sh", "clusterkit-agent.sh")
 
 
 def _mode(path: Path) -> int:
@@ -131,7 +132,8 @@ def test_the_node_packages_are_the_container_recipes_neuron_release() -> None:
 def test_uploads_are_exactly_the_shipped_scripts_a_config_runs() -> None:
     config = render_config(preset("trn1"))
     found = uploads(config)
-    assert sorted(script.name for script in found.values()) == ["clusterkit-venv.sh", "neuron.sh", "pyxis-enroot.sh"]
+    assert sorted(script.name for script in found.values()) == ["clusterkit-agent.sh", "clusterkit-venv.sh",
+                                                                "neuron.sh", "pyxis-enroot.sh"]
     for url, script in found.items():
         assert url == script.url("clusterkit-000000000000-us-east-1") and f"sha256-{script.sha256}" in url
     # A URL naming another hash is not one of this clusterkit's scripts: nothing to upload for it.
@@ -191,3 +193,121 @@ def test_clusterkit_venv_replaces_a_broken_virtualenv_but_never_other_files(tmp_
     result = run_script(node, shipped("clusterkit-venv.sh"), ["--venv", VENV, "--package", "clusterkit"])
     assert result.returncode == 0, result.stderr
     assert (half_done / ".clusterkit-installed").read_text() == "clusterkit\n"
+
+
+AGENT_UNIT = "etc/systemd/system/clusterkit-agent.service"
+
+
+def _installed_venv(tmp_path: Path) -> Node:
+    """A scratch head node where clusterkit-venv.sh ran first, as in the head node's OnNodeConfigured sequence."""
+    node = make_node(tmp_path)
+    result = run_script(node, shipped("clusterkit-venv.sh"), ["--venv", VENV, "--package", "clusterkit==0.1.0"])
+    assert result.returncode == 0, result.stderr
+    node.log.unlink()
+    return node
+
+
+def test_clusterkit_agent_runs_as_a_service_from_the_virtualenv(tmp_path: Path) -> None:
+    node = _installed_venv(tmp_path)
+    result = run_script(node, shipped("clusterkit-agent.sh"), ["--venv", VENV])
+    assert result.returncode == 0, result.stderr
+    unit = node.root / AGENT_UNIT
+    assert unit.read_text() == (
+        "[Unit]\n"
+        "Description=clusterkit agent: marks a silent batch host of a clusterkit job DOWN and releases its job\n"
+        "After=slurmctld.service\n"
+        "\n"
+        "[Service]\n"
+        "Environment=PATH=/opt/slurm/bin:/opt/slurm/sbin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+        f"ExecStart={VENV}/bin/python -m clusterkit.resilience.agent --log /var/log/clusterkit/agent.jsonl\n"
+        "LogsDirectory=clusterkit\n"
+        "Restart=always\n"
+        "RestartSec=5\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n")
+    assert _mode(unit) == 0o644 and unit.stat().st_uid == os.geteuid()  # root's on the node
+    assert not (node.root / "etc/systemd/system/clusterkit-agent.service.clusterkit-new").exists()
+    calls = [["python3", "-c", "import clusterkit.resilience.agent"], ["systemctl", "daemon-reload"],
+             ["systemctl", "enable", "--now", "clusterkit-agent.service"]]
+    assert node.calls() == calls
+    # A second run (the action run again) writes the same unit; enabling a running service changes nothing.
+    again = run_script(node, shipped("clusterkit-agent.sh"), ["--venv", VENV])
+    assert again.returncode == 0, again.stderr
+    assert node.calls() == calls + calls and (node.root / AGENT_UNIT).read_text() == unit.read_text()
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["--venv"],
+    ["--venv", "fsx/clusterkit/venv-test"],
+    ["--venv", "/fsx/clusterkit/../../etc"],
+    ["--venv", "/fsx//clusterkit/venv-test"],
+    ["--venv", "/fsx/$(id)"],
+    ["--venv", "/fsx/%n"],  # a systemd specifier in ExecStart
+    ["--venv", "/fsx/venv --log /etc/passwd"],
+    ["--venv", "/fsx/venv\nExecStartPre=/bin/sh -c id"],
+    ["--venv", VENV, "--extra"],
+])
+def test_clusterkit_agent_refuses_bad_arguments_and_changes_nothing(tmp_path: Path, args: list[str]) -> None:
+    node = _installed_venv(tmp_path)
+    result = run_script(node, shipped("clusterkit-agent.sh"), args)
+    assert result.returncode == 2 and result.stderr.startswith("clusterkit-agent.sh: ") and result.stderr.count(
+        "\n") == 1, result.stderr
+    assert node.calls() == [] and not (node.root / AGENT_UNIT).exists()
+
+
+def _break(node: Node, how: str) -> None:
+    venv = node.root / VENV.lstrip("/")
+    if how == "missing":
+        (node.root / "fsx").rename(node.root / "fsx-elsewhere")
+    elif how == "unfinished":  # clusterkit-venv.sh was cut short before its marker
+        (venv / ".clusterkit-installed").unlink()
+    elif how == "marker-symlink":
+        (venv / ".clusterkit-installed").unlink()
+        (venv / ".clusterkit-installed").symlink_to(venv / "pyvenv.cfg")
+    elif how == "no-python":
+        (venv / "bin/python").unlink()
+    elif how == "venv-writable":
+        venv.chmod(0o777)
+    elif how == "bin-writable":
+        (venv / "bin").chmod(0o777)
+    elif how == "parent-writable":
+        venv.parent.chmod(0o777)
+    elif how == "venv-symlink":  # a root virtualenv elsewhere, linked in
+        venv.rename(node.root / "fsx/real-venv")
+        venv.symlink_to(node.root / "fsx/real-venv")
+    elif how == "parent-symlink":
+        venv.parent.rename(node.root / "fsx/real-clusterkit")
+        venv.parent.symlink_to(node.root / "fsx/real-clusterkit")
+
+
+NOT_FINISHED = f"{VENV} is not a virtualenv clusterkit-venv.sh finished (root's): run clusterkit-venv.sh --venv"
+UNTRUSTED_ON_THE_WAY = "is missing, a symlink, or a directory root does not own or others may change: not running"
+
+
+@pytest.mark.parametrize(("how", "fragment"), [
+    ("missing", f"/fsx {UNTRUSTED_ON_THE_WAY}"), ("unfinished", NOT_FINISHED), ("marker-symlink", NOT_FINISHED),
+    ("no-python", NOT_FINISHED), ("venv-writable", NOT_FINISHED), ("bin-writable", NOT_FINISHED),
+    ("parent-writable", f"/fsx/clusterkit {UNTRUSTED_ON_THE_WAY}"), ("venv-symlink", NOT_FINISHED),
+    ("parent-symlink", f"/fsx/clusterkit {UNTRUSTED_ON_THE_WAY}"),
+])
+def test_clusterkit_agent_runs_only_the_virtualenv_clusterkit_venv_finished(tmp_path: Path, how: str,
+                                                                            fragment: str) -> None:
+    """Root's service runs DIR/bin/python: a virtualenv someone else may change, or one linked in, is refused."""
+    node = _installed_venv(tmp_path)
+    _break(node, how)
+    result = run_script(node, shipped("clusterkit-agent.sh"), ["--venv", VENV])
+    assert result.returncode == 2 and result.stderr.startswith(f"clusterkit-agent.sh: {fragment}"), result.stderr
+    assert node.calls() == [] and not (node.root / AGENT_UNIT).exists()
+
+
+def test_clusterkit_agent_refuses_a_clusterkit_without_the_agent(tmp_path: Path) -> None:
+    """An older clusterkit.package has no clusterkit.resilience.agent: the service would fail on every restart."""
+    node = _installed_venv(tmp_path)
+    python = node.root / VENV.lstrip("/") / "bin/python"
+    python.write_text("#!/bin/bash\nexit 1\n")
+    result = run_script(node, shipped("clusterkit-agent.sh"), ["--venv", VENV])
+    assert result.returncode == 2
+    assert result.stderr.endswith("has no clusterkit.resilience.agent: install a clusterkit that has it\n")
+    assert node.calls() == [] and not (node.root / AGENT_UNIT).exists()

@@ -87,9 +87,9 @@ def test_pyxis_and_user_actions_run_in_sequence() -> None:
     sequence = config["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]["Sequence"]
     assert sequence[0]["Args"] == ["--role", "compute", "--enroot-dir", "/scratch/enroot"]  # p4de has NVMe
     assert sequence[1] == {"Script": "s3://b/setup.sh", "Args": ["-x"]}
-    pyxis, install = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"]
+    pyxis, install, agent = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"]
     assert pyxis["Args"] == ["--role", "head", "--enroot-dir", "/var/enroot"]  # c5.9xlarge has none
-    assert install["Script"].endswith("/clusterkit-venv.sh")
+    assert install["Script"].endswith("/clusterkit-venv.sh") and agent["Script"].endswith("/clusterkit-agent.sh")
     cpu = config["Scheduling"]["SlurmQueues"][1]["CustomActions"]["OnNodeConfigured"]
     assert cpu["Args"][-1] == "/var/enroot"
 
@@ -220,6 +220,31 @@ def test_the_head_node_installs_clusterkit_on_shared_storage_for_the_jobs() -> N
     assert without_fsx["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][1]["Args"][-1] == \
         "https://example.com/ck.whl"
     assert installed_python(_config({"clusterkit.install": False})) is None
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_the_head_node_runs_the_agent_from_that_virtualenv_pinned_by_hash(name: str) -> None:
+    """The batch host's watcher outlives every job: a service on the head node, started after the install."""
+    from clusterkit.cluster.node_scripts import uploads
+    from clusterkit.cluster.render import clusterkit_venv, scripts_bucket
+
+    spec = preset(name)
+    config = render_config(spec)
+    *_, install, agent = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"]
+    script = node_script("clusterkit-agent.sh")
+    assert install["Script"].endswith("/clusterkit-venv.sh")
+    assert agent == {"Script": script.url(scripts_bucket(spec)), "Args": ["--venv", clusterkit_venv(spec)]}
+    assert install["Args"][:2] == agent["Args"]
+    assert uploads(config)[agent["Script"]] == script
+    assert not any("clusterkit-agent.sh" in str(queue.get("CustomActions"))
+                   for queue in config["Scheduling"]["SlurmQueues"])
+
+
+def test_without_clusterkit_on_the_nodes_there_is_no_agent() -> None:
+    assert "clusterkit-agent.sh" not in str(_config({"clusterkit.install": False})["HeadNode"])
+    with_own = _config({"clusterkit.install": False, "pyxis.enabled": False,
+                        "head_node.custom_actions": {"on_node_configured": [{"script": "s3://b/setup.sh"}]}})
+    assert with_own["HeadNode"]["CustomActions"] == {"OnNodeConfigured": {"Script": "s3://b/setup.sh"}}
 
 
 def test_a_database_clusterkit_makes_is_a_placeholder_until_its_stack_exists() -> None:

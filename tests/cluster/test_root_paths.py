@@ -83,6 +83,10 @@ def _venv(node: Node, venv: str, package: str = "clusterkit==0.1.0") -> subproce
     return run_script(node, shipped("clusterkit-venv.sh"), ["--venv", venv, "--package", package])
 
 
+def _agent(node: Node, venv: str) -> subprocess.CompletedProcess[str]:
+    return run_script(node, shipped("clusterkit-agent.sh"), ["--venv", venv])
+
+
 def _refused_by_script(node: Node, result: subprocess.CompletedProcess[str], name: str,
                        before: dict[str, tuple[int, bool]]) -> None:
     assert result.returncode == 2, result.stderr
@@ -177,7 +181,7 @@ def _shell_list(script: str, name: str) -> list[str]:
     return found.split()
 
 
-@pytest.mark.parametrize("script", ["pyxis-enroot.sh", "clusterkit-venv.sh"])
+@pytest.mark.parametrize("script", ["pyxis-enroot.sh", "clusterkit-venv.sh", "clusterkit-agent.sh"])
 def test_the_scripts_hold_the_one_list(script: str) -> None:
     assert _shell_list(script, "system_trees") == list(node_scripts.SYSTEM_TREES)
     assert _shell_list(script, "system_dirs") == list(node_scripts.SYSTEM_DIRS)
@@ -198,6 +202,13 @@ def test_venv_script_refuses_them_by_hand_and_changes_nothing(path: str, tmp_pat
     node = make_node(tmp_path)
     before = _tree(node.root)
     _refused_by_script(node, _venv(node, path), "clusterkit-venv.sh", before)
+
+
+@pytest.mark.parametrize("path", SYSTEM_PATHS + NODE_MOUNT_POINTS + UNNORMALISED + ["/usr/local/clusterkit/venv"])
+def test_agent_script_refuses_them_by_hand_and_changes_nothing(path: str, tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    before = _tree(node.root)
+    _refused_by_script(node, _agent(node, path), "clusterkit-agent.sh", before)
 
 
 @pytest.mark.parametrize("path", ALLOWED)
@@ -269,6 +280,16 @@ def test_scripts_refuse_another_users_directories(tmp_path: Path) -> None:
     _refused_by_script(node, _pyxis(node, "/home/alice/enroot"), "pyxis-enroot.sh", before)
     _refused_by_script(node, _pyxis(node, "/scratch/enroot"), "pyxis-enroot.sh", before)
     _refused_by_script(node, _venv(node, "/home/alice/venv"), "clusterkit-venv.sh", before)
+    # A finished virtualenv the agent's service would run as root, then handed to someone else (or its parent).
+    assert _venv(node, "/fsx/clusterkit/venv-test").returncode == 0
+    venv = node.root / "fsx/clusterkit/venv-test"
+    for theirs in (venv, venv.parent):
+        os.chown(theirs, 4242, 4242)
+        node.log.unlink(missing_ok=True)
+        before = _tree(node.root)
+        _refused_by_script(node, _agent(node, "/fsx/clusterkit/venv-test"), "clusterkit-agent.sh", before)
+        os.chown(theirs, 0, 0)
+    assert not (node.root / "etc/systemd/system/clusterkit-agent.service").exists()
 
 
 def test_scripts_refuse_a_mount_point(tmp_path: Path) -> None:
