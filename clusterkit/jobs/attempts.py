@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit import runtime
+from clusterkit.jobs.tracking import is_final
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.slurm import AccountingRecord
 from clusterkit.transport import LOCAL, Transport, read_bytes
@@ -55,6 +56,23 @@ def decisions(record: JobRecord | None, transport: Transport = LOCAL) -> list[di
         return []
     data = read_bytes(transport, Path(record.run_state_dir) / runtime.DECISIONS_FILE)
     return runtime.parse_decisions(data) if data else []
+
+
+def run_state(job_id: str, state: str, made: list[dict[str, Any]]) -> str:
+    """The job's state as its user needs it: Slurm's, except that a job that ended after its supervisor recorded
+    that the run completed (in any attempt of this job) is COMPLETED. Slurm's state is that of its last attempt's
+    batch script, which can end FAILED after the training is done; a finished run called failed would be
+    restarted."""
+    if state == "COMPLETED" or not is_final(state):
+        return state
+    if any(d.get("decision") == runtime.COMPLETED and _job_of(d) == job_id for d in made):
+        return "COMPLETED"
+    return state
+
+
+def _job_of(decision: dict[str, Any]) -> str:
+    """The job a decision was made in: its attempt id (JOBID.RESTART) less the restart."""
+    return str(decision.get("attempt", "")).rpartition(".")[0]
 
 
 # Pending reasons that say the job waits for nodes that are down or drained (squeue's, scontrol's words).
@@ -109,6 +127,11 @@ def merge_attempts(job_id: str, accounting: list[AccountingRecord], controller: 
     anchor = next((i for i, r in enumerate(accounting)
                    if restarts is not None and r.start and r.start == controller.get("StartTime")), None)
     offset = restarts - anchor if anchor is not None and restarts is not None and restarts >= anchor else 0
+    if restarts is None:
+        # Forgotten by the controller, the job has ended and accounting has caught up: its last record is the last
+        # attempt, and attempts more than it knows (the supervisor's) were lost before it (a requeue that kept the
+        # submit time overwrites the attempt before it).
+        offset = count - len(accounting)
     for index, record in enumerate(accounting):
         slots[index + offset] = record
     if restarts is not None and slots[restarts] is None:  # accounting has not caught up with the controller

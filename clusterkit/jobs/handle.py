@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import ClusterkitError, NotFound
-from clusterkit.jobs.attempts import Attempt, decisions, merge_attempts
+from clusterkit.jobs.attempts import Attempt, decisions, merge_attempts, run_state
 from clusterkit.jobs.tracking import JobTracker, by_job, is_final, state_of
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.slurm import AccountingRecord, SlurmCommandError, checked_job_id
@@ -64,8 +64,12 @@ class JobHandle:
 
     @property
     def state(self) -> str:
-        """Slurm's state of the current attempt: PENDING, RUNNING, REQUEUED, COMPLETED, FAILED..."""
-        return self.tracker.state(self.job_id)
+        """Slurm's state of the current attempt: PENDING, RUNNING, REQUEUED, COMPLETED, FAILED...; COMPLETED for a
+        job that ended after its supervisor recorded that the run completed (see attempts.run_state)."""
+        state = self.tracker.state(self.job_id)
+        if state == "COMPLETED" or not is_final(state):
+            return state  # the decisions are read once the job ended otherwise: not at every poll of a wait
+        return run_state(self.job_id, state, decisions(self.record, self.transport))
 
     def done(self) -> bool:
         return is_final(self.state)
@@ -81,10 +85,12 @@ class JobHandle:
         accounting = by_job(poll.accounting)
         from clusterkit.providers import open_cluster
 
-        merged = merge_attempts(self.job_id, accounting.get(self.job_id, []), poll.details,
-                                decisions(self.record, self.transport), open_cluster(self.cluster).replacing())
-        return JobStatus(self.job_id, self.cluster, state_of(self.job_id, poll.queue, accounting),
-                         str(self.stdout_path) if self.stdout_path else None, tuple(merged))
+        made = decisions(self.record, self.transport)
+        merged = merge_attempts(self.job_id, accounting.get(self.job_id, []), poll.details, made,
+                                open_cluster(self.cluster).replacing())
+        state = run_state(self.job_id, state_of(self.job_id, poll.queue, accounting), made)
+        return JobStatus(self.job_id, self.cluster, state, str(self.stdout_path) if self.stdout_path else None,
+                         tuple(merged))
 
     def not_found(self) -> NotFound:
         """The error for a job that neither the controller nor accounting knows."""
