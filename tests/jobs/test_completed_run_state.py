@@ -1,8 +1,8 @@
 """A supervised run that went through many time-limit requeues and completed is COMPLETED, whatever Slurm says of
-its last attempt's batch script: on recorded accounting and decisions (bench/bench_time_limit_loop.py's run of
-`time: "1"`, `signal: USR1@30`, 150 steps of 0.5 s under two busy loops: 12 attempts, the first lost by
-accounting), whose last attempt's batch script ended FAILED (0:10, SIGUSR1) after the supervisor recorded
-`completed`, as the issue's run did."""
+its last attempt's batch script. The accounting and decisions are bench/bench_time_limit_loop.py's run 1 (`time: "1"`,
+`signal: USR1@30`, 150 steps of 0.5 s under two busy loops: 12 attempts, the first lost by accounting), except the
+last attempt's line: there it reads as Slurm writes a batch script killed by SIGUSR1 (FAILED 0:10), as the warning
+kills a supervisor that recorded `completed` and is exiting (Python has put SIGUSR1's default action back by then)."""
 
 from __future__ import annotations
 
