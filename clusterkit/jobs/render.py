@@ -107,22 +107,29 @@ def render_sbatch(spec: JobSpec) -> str:
 
 
 # The same rule in bash, printing the port on the node: the body of _rdzv.j2's clusterkit_rdzv_port,
-# and of the nccom-test job's (jobs.nccl_tests), which has no rendered script of its own.
+# and of the nccom-test job's (jobs.nccl_tests), which has no rendered script of its own. Each requeue
+# (SLURM_RESTART_COUNT) and each try of a supervised step (the last field of CLUSTERKIT_ATTEMPT_ID) moves it on
+# by one: a relaunched step never meets the store of a try whose agent still holds the port (a silent node's).
 RENDEZVOUS_PORT_SHELL = ShellText(f"""local rest=${{SLURM_CLUSTER_NAME:-}} hash=0 code
+local try=${{CLUSTERKIT_ATTEMPT_ID:-0}} restart=${{SLURM_RESTART_COUNT:-0}}
+try=${{try##*.}}
+[[ $try =~ ^[0-9]+$ ]] || try=0
+[[ $restart =~ ^[0-9]+$ ]] || restart=0
 while [[ -n $rest ]]; do
   printf -v code '%d' "'${{rest:0:1}}"
   hash=$(( (hash * 31 + code) % {PORT_SPAN} ))
   rest=${{rest:1}}
 done
-echo $(( {PORT_BASE} + (SLURM_JOB_ID + hash) % {PORT_SPAN} ))""")
+echo $(( {PORT_BASE} + (SLURM_JOB_ID + hash + restart + try) % {PORT_SPAN} ))""")
 
 
-def rendezvous_port(job_id: int, cluster_name: str = "") -> int:
-    """The port RENDEZVOUS_PORT_SHELL computes on the node for a job without launcher.port."""
+def rendezvous_port(job_id: int, cluster_name: str = "", attempt: int = 0) -> int:
+    """The port RENDEZVOUS_PORT_SHELL computes on the node for a job without launcher.port; `attempt`: its
+    requeues and the tries of its step before this one."""
     digest = 0
     for char in cluster_name:
         digest = (digest * 31 + ord(char)) % PORT_SPAN
-    return PORT_BASE + (job_id + digest) % PORT_SPAN
+    return PORT_BASE + (job_id + digest + attempt) % PORT_SPAN
 
 
 def sbatch_context(spec: JobSpec) -> dict[str, Any]:

@@ -154,7 +154,7 @@ def test_rendezvous_host_comes_from_the_steps_node_list(fake_slurm: FakeSlurm) -
     result = fake_slurm.run(render_sbatch(spec), nodelist="node-[3-4]", step_nodelist="node-[7-8]")
     assert result.returncode == 0, result.stderr
     (torchrun,) = fake_slurm.calls("torchrun")
-    port = rendezvous_port(42)  # job 42 of a cluster without a name
+    port = rendezvous_port(42, attempt=1)  # job 42 of a cluster without a name, once requeued (the fake's count)
     assert torchrun.argv[:5] == ["--nnodes=2", "--nproc_per_node=1", "--rdzv_id=slurm-42", "--rdzv_backend=c10d",
                                  f"--rdzv_endpoint=node-7:{port}"]
     (scontrol,) = [call for call in fake_slurm.calls("scontrol") if call.argv[:2] == ["show", "hostnames"]]
@@ -195,7 +195,7 @@ def test_rendezvous_host_without_scontrol(fake_slurm: FakeSlurm, nodelist: str, 
     result = fake_slurm.run(render_sbatch(spec), nodelist=nodelist)
     assert result.returncode == 0, result.stderr
     (torchrun,) = fake_slurm.calls("torchrun")
-    assert f"--rdzv_endpoint={first}:{rendezvous_port(42)}" in torchrun.argv
+    assert f"--rdzv_endpoint={first}:{rendezvous_port(42, attempt=1)}" in torchrun.argv
 
 
 def test_hyperpod_auto_resume_is_decided_on_the_node(fake_slurm: FakeSlurm) -> None:
@@ -243,8 +243,20 @@ def test_the_rendezvous_port_comes_from_the_job_and_its_cluster(fake_slurm: Fake
                             extra_env={"SLURM_JOB_ID": "3", "SLURM_CLUSTER_NAME": cluster})
     assert result.returncode == 0, result.stderr
     (torchrun,) = fake_slurm.calls("torchrun")
-    assert f"--rdzv_endpoint=localhost:{rendezvous_port(3, cluster)}" in torchrun.argv
+    assert f"--rdzv_endpoint=localhost:{rendezvous_port(3, cluster, attempt=1)}" in torchrun.argv
     assert 20000 <= rendezvous_port(3, cluster) < 32000
+
+
+@pytest.mark.parametrize(("restart", "attempt_id", "moved"), [("0", "", 0), ("2", "", 2), ("0", "3.0.4", 4),
+                                                              ("1", "3.1.2", 3), ("x", "3.0.$(id)", 0)])
+def test_each_requeue_and_each_try_of_the_step_moves_the_port_on(fake_slurm: FakeSlurm, restart: str,
+                                                                 attempt_id: str, moved: int) -> None:
+    # A relaunched step must not meet the store of a try whose agent still holds the old port (a silent node's).
+    env = {"SLURM_JOB_ID": "3", "SLURM_RESTART_COUNT": restart, "CLUSTERKIT_ATTEMPT_ID": attempt_id}
+    result = fake_slurm.run(render_sbatch(make_spec(nodes=2)), nodelist="localhost", extra_env=env)
+    assert result.returncode == 0, result.stderr
+    (torchrun,) = fake_slurm.calls("torchrun")
+    assert f"--rdzv_endpoint=localhost:{rendezvous_port(3, attempt=moved)}" in torchrun.argv
 
 
 def test_ports_of_the_same_job_id_on_two_clusters_differ() -> None:
