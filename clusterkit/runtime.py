@@ -34,6 +34,10 @@ STATE_DIR_NAME = ".clusterkit"
 SUPERVISOR_STATE_FILE = "supervisor.json"
 DECISIONS_FILE = "decisions.jsonl"
 HEARTBEATS_DIR_NAME = "heartbeats"
+BEACONS_DIR_NAME = "beacons"  # one liveness beacon per node of the allocation (resilience/beacon.py)
+# The job's Slurm comment that shows a cluster-level agent where the job's beacons are (the batch host's is the one
+# it watches: the supervisor, which watches the others, dies with the batch host).
+BEACONS_COMMENT_PREFIX = "clusterkit-beacons="
 STOP_REQUEST_NAME = "stop-request"
 # Beside the request: made by a rank's first stop_requested() (the ranks read requests, so the job writes one
 # and waits for them instead of signalling at once), and by the first that saw the request (it was taken).
@@ -99,6 +103,8 @@ def parse_decisions(data: bytes) -> list[dict[str, Any]]:
 # ----- how a batch script starts the supervisor ---------------------------------------------------
 SUPERVISOR_MODULE = "clusterkit.resilience.supervisor"
 HEALTH_MODULE = "clusterkit.stack.health"  # run on each node by the supervisor, through srun
+BEACON_MODULE = "clusterkit.resilience.beacon"  # run on each node by the supervisor, through srun
+BEACON_STEP_NAME = "clusterkit-beacons"  # the beacons' step: the supervisor stops a step without stopping them
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_MAX_TIME_LIMIT_REQUEUES = 100  # a run requeued at its time limit this often is not converging
 UNBOUNDED = -1
@@ -149,6 +155,8 @@ def supervisor_parser() -> argparse.ArgumentParser:
     parser.add_argument("--health-timeout", type=float, default=60.0, help="seconds for one node's health check")
     parser.add_argument("--no-precheck", dest="precheck", action="store_false",
                         help="skip the health check of every node before the step")
+    parser.add_argument("--no-beacons", dest="beacons", action="store_false",
+                        help="start no liveness beacons (a node then counts as gone only when Slurm says so)")
     parser.add_argument("--spares", type=int, default=0,
                         help="nodes of the allocation held beside the step, which a node failure relaunches it onto")
     parser.add_argument("--state-dir", type=Path, default=None,

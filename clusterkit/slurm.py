@@ -250,10 +250,12 @@ class Slurm:
         """Expand a compact node list (`n[1-3,5]`) into names."""
         return self.run("scontrol", "show", "hostnames", node_list).stdout.split() if node_list else []
 
-    def steps(self, job_id: str) -> list[str]:
-        """The job's running steps (`JOB.STEP`), not counting the batch and extern steps."""
-        out = self.run("squeue", "-h", "-s", "-j", job_id, "-o", "%i", check=False).stdout.split()
-        return [step for step in out if not step.endswith((".batch", ".extern"))]
+    def steps(self, job_id: str, but: str = "") -> list[str]:
+        """The job's running steps (`JOB.STEP`), not counting the batch and extern steps, nor those named `but`."""
+        out = self.run("squeue", "-h", "-s", "-j", job_id, "-o", "%i %j", check=False).stdout
+        steps = [line.split(maxsplit=1) for line in lines(out)]
+        return [step[0] for step in steps
+                if not step[0].endswith((".batch", ".extern")) and not (but and step[1:] == [but])]
 
     def time_left(self, job_id: str) -> float | None:
         """Seconds before the job's time limit; None without a limit, or for a job Slurm does not list."""

@@ -58,7 +58,7 @@ class ScriptedSlurm:
     def time_left(self, job_id: str) -> float | None:
         return self.seconds_left
 
-    def steps(self, job_id: str) -> list[str]:
+    def steps(self, job_id: str, but: str = "") -> list[str]:
         return []
 
     # ----- nodes -----

@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
                                help="restart slurmctld (or another daemon of the cluster); jobs keep running")
     restart.add_argument("name", help="cluster name")
     restart.add_argument("--daemon", default="slurmctld",
-                         choices=("slurmctld", "slurmdbd", "munged", "mariadb", "sshd", "replacer"),
+                         choices=("slurmctld", "slurmdbd", "munged", "mariadb", "sshd", "replacer", "agent"),
                          help="which daemon (default slurmctld)")
     restart.set_defaults(handler=restart_controller)
 

@@ -70,7 +70,8 @@ class Outcome:
     nodes: tuple[str, ...] = ()  # the step's nodes (the allocation, unless it holds spares)
     spares: tuple[str, ...] = ()  # the allocation's nodes held beside the step, none of them found bad
     hang_evidence: str = ""
-    bad_nodes: NodeEvidence = ()  # found by the health check that ran beside the step, which then stopped it
+    bad_nodes: NodeEvidence = ()  # found beside the step (its health check, a silent beacon), which then stopped it
+    unreachable: tuple[str, ...] = ()  # of bad_nodes: those that did not answer (gone, not sick)
     signalled: bool = False  # the job was warned (time limit or preemption)
     asked_to_stop: bool = False  # the supervisor passed the warning on to the step
     finished: bool = False  # every rank said it finished its training
@@ -122,6 +123,7 @@ class Health:
     storage_full: str = ""  # evidence that the checkpoint storage cannot hold the next checkpoint
     free_bytes: int | None = None  # with storage_full: what is left there
     bad_nodes: NodeEvidence = ()  # nodes Slurm sees down or whose health check fails
+    unreachable: tuple[str, ...] = ()  # of bad_nodes: those that did not answer
 
 
 @lean_dataclass(frozen=True)
@@ -133,6 +135,7 @@ class Decision:
     exit_code: int  # the supervisor's exit status when the action ends the attempt
     step_exit: int | None = None  # the step's exit code (None: the supervisor stopped it), for the record
     drain: NodeEvidence = ()  # drain these nodes with their evidence first
+    down: tuple[str, ...] = ()  # of drain: mark these DOWN instead (gone: Slurm lets go of them at once)
     spent: Bound | None = None  # with BUDGET_EXHAUSTED: the bound that is reached
     free_bytes: int | None = None  # with CHECKPOINT_STORAGE_FULL
     nodes: tuple[str, ...] = ()  # with RELAUNCH: the step's nodes from now on
@@ -152,10 +155,11 @@ def charge(budget: Budget, bound: Bound) -> Budget | None:
 
 
 def exhausted(budget: Budget, bound: Bound, why: str, step_exit: int | None = None, exit_code: int = 1,
-              drain: NodeEvidence = ()) -> Decision:
+              drain: NodeEvidence = (), down: tuple[str, ...] = ()) -> Decision:
     """The decision when `charge(budget, bound)` is refused."""
     evidence = f"{why}; {_BOUND_NAMES[bound]} of {budget.bound(bound)} is spent"
-    return Decision(Kind.BUDGET_EXHAUSTED, Action.STOP, evidence, budget, exit_code, step_exit, drain, spent=bound)
+    return Decision(Kind.BUDGET_EXHAUSTED, Action.STOP, evidence, budget, exit_code, step_exit, drain, down,
+                    spent=bound)
 
 
 def warning_cause(time_left: float | None, signal_lead: float | None) -> Kind:
@@ -197,12 +201,15 @@ def decide(outcome: Outcome, budget: Budget, health: Health) -> Decision:
     application's retries, including the one that then finds the restart budget spent. Health is looked at only
     for a failed step (Outcome.failed). With a healthy spare for each bad node of the step (Outcome.spares), the
     step is relaunched on its healthy nodes and as many spares, in the same allocation, in place of a requeue;
-    like a requeue (and HyperPod's auto-resume, which counts a retry) it spends one restart.
+    like a requeue (and HyperPod's auto-resume, which counts a retry) it spends one restart. A bad node that did
+    not answer (Outcome.unreachable, Health.unreachable) is marked DOWN rather than drained: Slurm then lets go of
+    it at once (a job does not sit COMPLETING on a silent node until SlurmdTimeout) and ParallelCluster's
+    clustermgtd replaces a DOWN static node at its next loop.
     """
     code = outcome.exit_code
     if outcome.bad_nodes:
-        return _node_failure(budget, "the check beside the step: " + _joined(outcome.bad_nodes), outcome.bad_nodes,
-                             code, outcome)
+        return _node_failure(budget, "found beside the step: " + _joined(outcome.bad_nodes), outcome.bad_nodes,
+                             code, outcome, outcome.unreachable)
     if outcome.terminated:
         return Decision(Kind.TERMINATED, Action.LEAVE, "Slurm terminated the job (cancelled, a node failed, or the "
                         "time limit); Slurm requeues it if it is requeueable", budget, code or 143, code)
@@ -233,7 +240,8 @@ def decide(outcome: Outcome, budget: Budget, health: Health) -> Decision:
                         "would fail the same way; free space there, then resubmit", budget, code or 1, code,
                         free_bytes=health.free_bytes)
     if health.bad_nodes:
-        return _node_failure(budget, f"{failure}; " + _joined(health.bad_nodes), health.bad_nodes, code, outcome)
+        return _node_failure(budget, f"{failure}; " + _joined(health.bad_nodes), health.bad_nodes, code, outcome,
+                             health.unreachable)
     if outcome.hang_evidence:
         kind, evidence = Kind.HANG, f"{failure}; all nodes healthy: retrying the step on the same nodes"
     else:
@@ -250,12 +258,15 @@ def decide(outcome: Outcome, budget: Budget, health: Health) -> Decision:
     return Decision(kind, Action.RETRY, evidence, after, 1, code)
 
 
-def _node_failure(budget: Budget, evidence: str, bad: NodeEvidence, code: int | None, outcome: Outcome) -> Decision:
-    """Drain the bad nodes with their evidence, then, if the restart budget allows, relaunch the step on its healthy
-    nodes and a spare for each bad one where the allocation holds enough, else requeue."""
+def _node_failure(budget: Budget, evidence: str, bad: NodeEvidence, code: int | None, outcome: Outcome,
+                  unreachable: tuple[str, ...]) -> Decision:
+    """Drain the bad nodes with their evidence (mark those that did not answer DOWN), then, if the restart budget
+    allows, relaunch the step on its healthy nodes and a spare for each bad one where the allocation holds enough,
+    else requeue."""
+    down = tuple(node for node, _ in bad if node in unreachable)
     after = charge(budget, Bound.FAILURES)
     if after is None:
-        return exhausted(budget, Bound.FAILURES, evidence, code, drain=bad)
+        return exhausted(budget, Bound.FAILURES, evidence, code, drain=bad, down=down)
     failed = {node for node, _ in bad}
     healthy = [node for node in outcome.nodes if node not in failed]
     spares = [node for node in outcome.spares if node not in failed]
@@ -263,11 +274,11 @@ def _node_failure(budget: Budget, evidence: str, bad: NodeEvidence, code: int | 
     if outcome.spares and len(spares) >= missing:
         nodes = (*healthy, *spares[:missing])
         return Decision(Kind.NODE_FAILURE, Action.RELAUNCH, f"{evidence}; relaunching the step on {','.join(nodes)} "
-                        f"(spare {','.join(spares[:missing])}) in the same allocation", after, 1, code, bad,
+                        f"(spare {','.join(spares[:missing])}) in the same allocation", after, 1, code, bad, down,
                         nodes=nodes)
     if outcome.spares:
         evidence += f"; {len(spares)} spare(s) left for {missing} lost node(s): requeueing"
-    return Decision(Kind.NODE_FAILURE, Action.REQUEUE, evidence, after, 1, code, bad)
+    return Decision(Kind.NODE_FAILURE, Action.REQUEUE, evidence, after, 1, code, bad, down)
 
 
 def _joined(bad: NodeEvidence) -> str:

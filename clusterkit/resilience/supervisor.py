@@ -4,7 +4,10 @@ The batch script runs the training step under `python -m clusterkit.resilience.s
 When the step fails the supervisor tells apart
 
 - a node failure (a node not responding, or its health check failing): drain the node with the
-  evidence as reason and requeue the job, so that it restarts on healthy nodes;
+  evidence as reason and requeue the job, so that it restarts on healthy nodes; a node that is gone (its liveness
+  beacon silent and a probe unanswered, see beacon.py; or its health check unable to reach it) is marked DOWN
+  instead, within seconds and without waiting for Slurm's SlurmdTimeout (180 s on ParallelCluster), so that Slurm
+  lets go of it at once and ParallelCluster replaces it;
   where the job holds spare nodes (`--spares`, the job spec's `supervise.spares`, with --no-kill) and a healthy
   one is left for each bad node, relaunch the step instead on its healthy nodes and the spares, in the same
   allocation (no requeue, no scheduling); Slurm takes a node it sets DOWN out of the --no-kill allocation itself
@@ -56,7 +59,7 @@ from pathlib import Path
 
 from clusterkit import runtime
 from clusterkit.errors import ClusterkitError
-from clusterkit.resilience import decisions
+from clusterkit.resilience import beacon, decisions
 from clusterkit.resilience.checkpoint_layout import step_dirs
 from clusterkit.resilience.decisions import Action, Bound, Decision, Health, Kind, NodeEvidence, Outcome
 from clusterkit.resilience.heartbeat import every_rank_done, read_heartbeats
@@ -64,6 +67,8 @@ from clusterkit.resilience.run_state import Budget, RunState
 from clusterkit.slurm import Slurm
 
 STOP_GRACE_S = 20.0  # SIGTERM to SIGKILL when nothing says how long there is
+REQUEUE_WAIT_S = 60.0  # after our requeue, for Slurm's SIGTERM to this script
+GONE_GRACE_S = 2.0  # the same once a node of the step is gone: its peers wait in a collective, with nothing to save
 WATCH_S = 1.0  # how often a running step's heartbeats, warnings and health check are looked at
 # Decisions after which the supervisor requeued the job itself (and spent for it when it decided).
 REQUEUED_BY_US = (Kind.NODE_FAILURE, Kind.TIME_LIMIT, Kind.PREEMPTED)
@@ -77,8 +82,10 @@ class Supervisor:
                  hang_timeout: float, health_timeout: float, precheck: bool, slurm: Slurm | None = None,
                  max_time_limit_requeues: int | None = None, max_preemptions: int | None = None,
                  signal_lead: float | None = None, checkpoint_dir: Path | None = None,
-                 startup_timeout: float | None = None, spares: int = 0) -> None:
+                 startup_timeout: float | None = None, spares: int = 0, beacons: bool = True) -> None:
         self.step = step
+        self.beacons = beacons  # start a liveness beacon on each node and watch the others' (beacon.py)
+        self.own_node = os.environ.get("SLURMD_NODENAME", "")  # the batch host: the agent watches its beacon
         self.spares = spares  # nodes of the allocation held beside the step (the job runs with --no-kill)
         self.state_dir = state_dir
         self.max_restarts = max_restarts
@@ -98,6 +105,9 @@ class Supervisor:
         self.stop_requested = threading.Event()  # the warning before the time limit or a preemption
         self.terminating = threading.Event()  # Slurm is ending the job (cancel, node failure, limit)
         self.warned_with_time_left: float | None = None  # seconds left when the warning came
+        self.unreachable: set[str] = set()  # nodes found gone: marked DOWN rather than drained
+        self.beacon_step: subprocess.Popen | None = None
+        self.beacon_watch: beacon.BeaconWatch | None = None
 
     # ----- decisions ------------------------------------------------------------------------------
     def record(self, kind: Kind, evidence: str, attempt: str | None = None, **details: object) -> None:
@@ -113,6 +123,8 @@ class Supervisor:
             details["stopped"] = True
         if decision.kind is Kind.NODE_FAILURE:
             details["nodes"] = sorted(node for node, _ in decision.drain)
+            if decision.down:
+                details["marked_down"] = list(decision.down)
         if decision.action is Action.RELAUNCH:
             details["action"] = decision.action.value
             details["relaunched_on"] = list(decision.nodes)
@@ -148,7 +160,7 @@ class Supervisor:
     def carry_out(self, decision: Decision, counts: Budget) -> int:
         """The effects of a decision after a step: save the counts, drain, record, requeue. The exit status."""
         self.keep(counts, decision.budget)
-        self.drain(decision.drain)
+        self.drain(decision.drain, decision.down)
         self.note(decision, exit_code=decision.step_exit)
         if decision.action is Action.REQUEUE:
             self.requeue()
@@ -221,7 +233,8 @@ class Supervisor:
         return self.slurm.hostnames(os.environ.get("SLURM_JOB_NODELIST", ""))
 
     def unhealthy_nodes(self, nodes: list[str]) -> dict[str, str]:
-        """Node -> evidence, for nodes Slurm sees as down or whose health check fails or cannot run."""
+        """Node -> evidence, for nodes Slurm sees as down or whose health check fails or cannot run (those of
+        them that do not answer a probe either are added to `self.unreachable`)."""
         bad: dict[str, str] = {}
         try:
             states = {n.name: n for n in self.slurm.nodes()}
@@ -238,7 +251,19 @@ class Supervisor:
             evidence = future.result()
             if evidence:
                 bad[node] = evidence
+        could_not_run = [node for node in checks if "could not run" in bad.get(node, "")]
+        for node, answer in zip(could_not_run, self._probe_all(could_not_run)):
+            if answer:
+                bad[node] += f"; {answer}"
+                self.unreachable.add(node)
         return bad
+
+    def _probe_all(self, nodes: list[str]) -> list[str]:
+        """beacon.probe() of each node, side by side: '' for each that answers, else the evidence."""
+        if not nodes:
+            return []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+            return list(pool.map(lambda node: beacon.probe(self.slurm, node), nodes))
 
     def _health_check(self, node: str) -> str:
         """'' when the node's health check passes, else the evidence."""
@@ -269,12 +294,14 @@ class Supervisor:
         except Exception:
             return True  # the controller not answering is no reason to stop judging
 
-    def drain(self, bad: NodeEvidence) -> None:
+    def drain(self, bad: NodeEvidence, down: tuple[str, ...] = ()) -> None:
+        """Drain each bad node with its evidence as the reason; mark those in `down` DOWN."""
         for node, evidence in bad:
+            state = "DOWN" if node in down else "DRAIN"
             try:
-                self.slurm.update_node(node, "DRAIN", f"clusterkit: {evidence}"[:200])
+                self.slurm.update_node(node, state, f"clusterkit: {evidence}"[:200])
             except Exception as error:
-                print(f"clusterkit supervisor: could not drain {node}: {error}", file=sys.stderr)
+                print(f"clusterkit supervisor: could not mark {node} {state}: {error}", file=sys.stderr)
 
     def time_left(self) -> float | None:
         try:
@@ -287,10 +314,14 @@ class Supervisor:
         try:
             self.slurm.requeue(self.job_id)
         except Exception as error:
-            print(f"clusterkit supervisor: requeue failed: {error}", file=sys.stderr, flush=True)
+            if "pending" in str(error).lower():  # a node we marked DOWN: Slurm requeued the job itself
+                print("clusterkit supervisor: Slurm requeued the job itself", file=sys.stderr, flush=True)
+            else:
+                print(f"clusterkit supervisor: requeue failed: {error}", file=sys.stderr, flush=True)
             return
-        # Slurm ends this batch script; wait for that rather than racing it.
-        time.sleep(60)
+        # Slurm ends this batch script (SIGTERM): leave then, not after KillWait (30 s on ParallelCluster), which
+        # the requeued job would wait out COMPLETING.
+        self.terminating.wait(REQUEUE_WAIT_S)
 
     def health_after_failure(self, nodes: list[str]) -> Health:
         """What decide() weighs after a failed step, looked at in its order (see Health)."""
@@ -299,7 +330,8 @@ class Supervisor:
         full = self.storage_full()
         if full:
             return Health(storage_full=full, free_bytes=_free_bytes(self.checkpoint_dir or self.state_dir.parent))
-        return Health(bad_nodes=tuple(self.unhealthy_nodes(nodes).items()))
+        bad = self.unhealthy_nodes(nodes)
+        return Health(bad_nodes=tuple(bad.items()), unreachable=tuple(sorted(self.unreachable & set(bad))))
 
     # ----- the step -----------------------------------------------------------------------------
     def run_step(self, try_number: int, nodes: list[str], newest_before: Path | None,
@@ -323,15 +355,16 @@ class Supervisor:
               f"{','.join(nodes)} at {time.time():.3f}", file=sys.stderr, flush=True)
         output_start = _output_end()
         process = subprocess.Popen(self.step, env=env, start_new_session=True)
-        outcome = self._watch(process, heartbeats, precheck)
+        watched = tuple(node for node in (*nodes, *spares) if node != self.own_node)
+        outcome = self._watch(process, heartbeats, precheck, watched)
         return dataclasses.replace(
             outcome, nodes=tuple(nodes), spares=spares, finished=every_rank_done(read_heartbeats(heartbeats)),
             log_tail=_output_since(output_start) if outcome.exit_code else "",
             time_left=self.warned_with_time_left, signal_lead=self.signal_lead,
             saved=self.saved_on_stop(newest_before, outcome.exit_code) if outcome.signalled else "")
 
-    def _watch(self, process: subprocess.Popen, heartbeats: Path,
-               precheck: concurrent.futures.Future | None) -> Outcome:
+    def _watch(self, process: subprocess.Popen, heartbeats: Path, precheck: concurrent.futures.Future | None,
+               watched: tuple[str, ...] = ()) -> Outcome:
         started = time.monotonic()
         progress: dict[int, tuple[int, float]] = {}  # rank -> (step, when we saw it change)
         while True:
@@ -356,11 +389,85 @@ class Supervisor:
                 precheck = None
                 if bad:
                     self._stop(process)
-                    return Outcome(None, bad_nodes=tuple(bad.items()))
+                    return Outcome(None, bad_nodes=tuple(bad.items()),
+                                   unreachable=tuple(sorted(self.unreachable & set(bad))))
+            gone = self._gone_nodes(watched)
+            if gone:
+                # DOWN before the stop: until Slurm lets go of a silent node, signalling the step waits on it.
+                self.drain(tuple(gone.items()), down=tuple(gone))
+                self._stop(process, grace=GONE_GRACE_S)
+                return Outcome(None, bad_nodes=tuple(gone.items()), unreachable=tuple(sorted(gone)))
             evidence = self._hang_evidence(heartbeats, progress, started, time.monotonic())
             if evidence:
                 self._stop(process)
                 return Outcome(None, hang_evidence=evidence)
+
+    # ----- liveness beacons ---------------------------------------------------------------------------
+    def start_beacons(self, nodes: list[str]) -> None:
+        """One beacon per node of the allocation, as an overlapping step for the whole attempt (--no-kill: a lost
+        node's beacon ends alone), and the job's comment pointing the cluster agent at them."""
+        if not self.beacons or not self.job_id or not nodes or shutil.which("srun") is None:
+            return
+        directory = (self.state_dir / runtime.BEACONS_DIR_NAME).resolve()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.beacon_step = subprocess.Popen(
+                ["srun", "--overlap", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
+                 "--cpus-per-task=1", f"--nodelist={','.join(nodes)}", "--no-kill", "--kill-on-bad-exit=0",
+                 f"--job-name={runtime.BEACON_STEP_NAME}", "--quiet", sys.executable, "-m", runtime.BEACON_MODULE,
+                 str(directory)],
+                stdout=subprocess.DEVNULL, start_new_session=True)
+        except OSError as error:
+            print(f"clusterkit supervisor: no liveness beacons ({error.strerror or error}); a node counts as gone "
+                  "only when Slurm says so", file=sys.stderr, flush=True)
+            return
+        self.beacon_watch = beacon.BeaconWatch(directory, time.monotonic())
+        self._point_agent_at(directory)
+
+    def _point_agent_at(self, directory: Path) -> None:
+        """Set the job's comment to the beacons' directory (unless the comment is the user's own)."""
+        try:
+            comment = self.slurm.job_details(self.job_id).get("Comment", "")
+            if comment not in ("", "(null)") and not comment.startswith(runtime.BEACONS_COMMENT_PREFIX):
+                print("clusterkit supervisor: the job has a comment of its own; the cluster agent does not watch its "
+                      "batch host", file=sys.stderr, flush=True)
+                return
+            self.slurm.run("scontrol", "update", f"JobId={self.job_id}",
+                           f"Comment={runtime.BEACONS_COMMENT_PREFIX}{directory}")
+        except ClusterkitError as error:
+            print(f"clusterkit supervisor: could not point the cluster agent at the beacons: {error}", file=sys.stderr,
+                  flush=True)
+
+    def stop_beacons(self) -> None:
+        step, self.beacon_step, self.beacon_watch = self.beacon_step, None, None
+        if step is None or step.poll() is not None:
+            return
+        step.send_signal(signal.SIGTERM)  # srun ends its step (the beacons themselves ignore SIGTERM)
+        try:
+            step.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(step.pid, signal.SIGKILL)
+            step.wait()
+
+    def _gone_nodes(self, watched: tuple[str, ...]) -> dict[str, str]:
+        """Node -> evidence, for watched nodes whose beacon went silent and that do not answer a probe."""
+        watch = self.beacon_watch
+        if watch is None or self.beacon_step is None:
+            return {}
+        if self.beacon_step.poll() is not None:
+            print(f"clusterkit supervisor: the beacons' step ended (exit {self.beacon_step.returncode}); nodes are "
+                  "no longer watched", file=sys.stderr, flush=True)
+            self.beacon_watch = None
+            return {}
+        silent = watch.silent(watched, time.monotonic())
+        gone: dict[str, str] = {}
+        for silence, answer in zip(silent, self._probe_all([quiet.node for quiet in silent])):
+            if answer:
+                gone[silence.node] = beacon.evidence(silence, answer)
+                self.unreachable.add(silence.node)
+            else:
+                watch.alive(silence.node, time.monotonic())
+        return gone
 
     def _hang_evidence(self, heartbeats: Path, progress: dict[int, tuple[int, float]], started: float,
                        now: float) -> str:
@@ -408,7 +515,7 @@ class Supervisor:
         try:
             process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            for step_id in self.slurm.steps(self.job_id):
+            for step_id in self.slurm.steps(self.job_id, but=runtime.BEACON_STEP_NAME):
                 try:
                     self.slurm.cancel(step_id, signal="KILL")
                 except ClusterkitError as error:  # the step may be gone already
@@ -453,6 +560,14 @@ class Supervisor:
             return 1
         newest_before = _newest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
         allocation = self.allocation_nodes()
+        self.start_beacons(allocation)
+        try:
+            return self._supervise(budget, allocation, newest_before)
+        finally:
+            self.stop_beacons()
+
+    def _supervise(self, budget: Budget, allocation: list[str], newest_before: Path | None) -> int:
+        """Run the step, decide, carry out, until a decision ends the attempt; the supervisor's exit status."""
         # With spares the step runs on the allocation's first nodes (the batch host among them) and the rest wait.
         held = min(self.spares, max(len(allocation) - 1, 0))
         nodes, spares = allocation[:len(allocation) - held], tuple(allocation[len(allocation) - held:])
@@ -474,6 +589,10 @@ class Supervisor:
                 joined = []
             else:
                 return code
+            # The stop reached every step of the job (the step's own `scancel --signal`), and Slurm ends a step
+            # that spans a node it took out of the allocation: the beacons start again on what is held.
+            self.stop_beacons()
+            self.start_beacons([*nodes, *spares])
             try_number += 1
 
     def _precheck(self, nodes: list[str]) -> concurrent.futures.Future | None:
@@ -576,12 +695,16 @@ def main(argv: list[str] | None = None) -> int:
                             max_time_limit_requeues=_bound(args.max_time_limit_requeues),
                             max_preemptions=_bound(args.max_preemptions), signal_lead=args.signal_lead,
                             checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
-                            startup_timeout=args.startup_timeout, spares=args.spares)
+                            startup_timeout=args.startup_timeout, spares=args.spares, beacons=args.beacons)
     # Slurm's warning before the time limit (--signal=B:USR1@N), or a preemption notice. The handler
     # only starts a thread: asking Slurm for the time left must not run inside a signal handler.
     signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(target=supervisor.warned, daemon=True).start())
     signal.signal(signal.SIGTERM, lambda *_: supervisor.terminating.set())
-    return supervisor.run()
+    code = supervisor.run()
+    # A warning that lands while the interpreter exits meets SIGUSR1's default action (Python restores it at
+    # finalization): this batch script would die of it, and Slurm record a completed run FAILED.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    return code
 
 
 def _bound(value: int) -> int | None:

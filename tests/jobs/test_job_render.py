@@ -79,7 +79,7 @@ def test_tasks_and_processes_per_node(launcher: str, instance: str, tasks: int, 
 
 def test_run_identity_is_exported_only_when_set() -> None:
     bare = render_sbatch(make_spec())
-    assert "CLUSTERKIT_" not in bare
+    assert "export CLUSTERKIT_" not in bare
     script = render_sbatch(make_spec(run_id="r1", checkpoint_dir="/fsx/ckpt", max_restarts=0))
     for line in ("export CLUSTERKIT_RUN_ID=r1", "export CLUSTERKIT_CHECKPOINT_DIR=/fsx/ckpt",
                  "export CLUSTERKIT_MAX_RESTARTS=0"):

@@ -83,7 +83,8 @@ def test_the_run_state_is_written_in_its_reserved_space_on_a_full_disk(tiny_file
 
 def supervisor_on(directory: Path, step: str, slurm: ScriptedSlurm) -> Supervisor:
     return Supervisor([sys.executable, "-c", step], directory / ".clusterkit", max_restarts=3, app_retries=1,
-                      hang_timeout=0, health_timeout=10, precheck=False, slurm=slurm, checkpoint_dir=directory)
+                      hang_timeout=0, health_timeout=10, precheck=False, slurm=slurm, checkpoint_dir=directory,
+                      beacons=False)
 
 
 def test_a_step_that_fills_the_checkpoint_disk_stops_with_the_reason(tiny_filesystem: Path,

@@ -241,11 +241,12 @@ def in_a_job(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-2]")
-    monkeypatch.setattr(supervisor_module.time, "sleep", lambda _: None)  # the wait after a requeue
+    monkeypatch.setattr(supervisor_module, "REQUEUE_WAIT_S", 0.0)  # no Slurm here to end the script
 
 
 def supervise(tmp_path: Path, step: str, slurm: ScriptedSlurm, **settings: object) -> tuple[int, list[dict]]:
-    options = {"max_restarts": 3, "app_retries": 1, "hang_timeout": 0, "health_timeout": 10, "precheck": False}
+    options = {"max_restarts": 3, "app_retries": 1, "hang_timeout": 0, "health_timeout": 10, "precheck": False,
+               "beacons": False}
     options.update(settings)
     supervisor = Supervisor([sys.executable, "-c", step], tmp_path / "state", slurm=slurm, **options)
     code = supervisor.run()
@@ -278,7 +279,7 @@ def test_a_sick_node_found_beside_the_step_stops_it(tmp_path):
     marker = tmp_path / "finished"
     step = f"import time; time.sleep(30); open({str(marker)!r}, 'w')"
     code, made = supervise(tmp_path, step, slurm, precheck=True)
-    assert made[0]["decision"] == "node_failure" and "the check beside the step" in made[0]["evidence"]
+    assert made[0]["decision"] == "node_failure" and "found beside the step" in made[0]["evidence"]
     assert "EFA 2 of 4" in made[0]["evidence"] and made[0]["nodes"] == ["n1"]
     assert not marker.exists() and slurm.requeued == ["42"] and slurm.drained == [("n1", "clusterkit: "
                                                                                        "injected-fault: EFA 2 of 4")]
@@ -381,7 +382,8 @@ def supervise_with_signals(tmp_path: Path, step: str, slurm: ScriptedSlurm, **se
     import signal as signals
     import threading
 
-    options = {"max_restarts": 3, "app_retries": 1, "hang_timeout": 0, "health_timeout": 10, "precheck": False}
+    options = {"max_restarts": 3, "app_retries": 1, "hang_timeout": 0, "health_timeout": 10, "precheck": False,
+               "beacons": False}
     options.update(settings)
     supervisor = Supervisor([sys.executable, "-c", step], tmp_path / "state", slurm=slurm, **options)
     previous = signals.signal(signals.SIGUSR1,

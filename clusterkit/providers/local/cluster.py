@@ -50,8 +50,10 @@ from clusterkit.stack import health
 from clusterkit.transport import SshTarget
 
 PROVIDER = "local"
-# The cluster's own (slurmd per node besides); the replacer where the timings replace nodes.
-DAEMONS = ("munged", "mariadb", "slurmdbd", "slurmctld", "sshd", "replacer")
+# The cluster's own (slurmd per node besides); the replacer where the timings replace nodes; the cluster agent
+# (clusterkit.resilience.agent), as a ParallelCluster head node runs it.
+DAEMONS = ("munged", "mariadb", "slurmdbd", "slurmctld", "sshd", "replacer", "agent")
+AGENT_LOG_NAME = "agent.jsonl"
 SSHD = "/usr/sbin/sshd"  # sshd insists on being started by its absolute path
 SSH_PROGRAMS = (SSHD, "ssh-keygen", "ssh")
 REQUIRED_PROGRAMS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
@@ -290,6 +292,8 @@ class LocalCluster:
             commands["sshd"] = [SSHD, "-D", "-e", "-f", str(layout.sshd_config)]
         if self.config.timings.replace_nodes:
             commands["replacer"] = [sys.executable, "-m", "clusterkit.providers.local.replacer", self.name]
+        commands["agent"] = [sys.executable, "-m", "clusterkit.resilience.agent", "--log",
+                             str(layout.log / AGENT_LOG_NAME), "--pid-file", str(layout.pid_file("agent"))]
         return commands
 
     def _write_files(self, files: dict[str, str], progress: Progress) -> None:
@@ -369,6 +373,7 @@ class LocalCluster:
             "slurmctld": (lambda: processes.port_listening(self.config.slurmctld_port), "slurmctld.log"),
             "sshd": (lambda: processes.port_listening(self.config.sshd_port), "sshd.stdout"),
             "replacer": (lambda: processes.pid_from_file(layout.pid_file("replacer")) == pid, "replacer.stdout"),
+            "agent": (lambda: processes.pid_from_file(layout.pid_file("agent")) == pid, "agent.stdout"),
         }[key]
 
     def restart_daemon(self, key: str = "slurmctld", progress: Progress = quiet) -> int:
@@ -427,6 +432,9 @@ class LocalCluster:
             progress("starting the node replacer")
             pid = self._spawn("replacer", **self._daemon_env("replacer"))
             self._wait_for_daemon("replacer", *self._readiness("replacer", pid))
+        progress("starting the cluster agent")
+        pid = self._spawn("agent")
+        self._wait_for_daemon("agent", *self._readiness("agent", pid))
         progress(f"cluster {self.name!r} is up: {self.config.nodes} nodes")
 
     def _wait_for_daemon(self, key: str, ready: Callable[[], bool], log_name: str) -> None:
@@ -551,6 +559,11 @@ class LocalCluster:
         if info.base_state in ("down", "drain", "fail"):
             self._slurm.update_node(node, "RESUME")
 
+    @property
+    def agent_log(self) -> Path:
+        """Where the cluster agent logs what it did (`clusterkit.resilience.agent.read_agent_log` reads it)."""
+        return self.layout.log / AGENT_LOG_NAME
+
     def replacements(self) -> dict[str, Replacement]:
         """Each node's latest replacement (booting or ready), from the replacer's log; empty where none ran."""
         return read_log(self.layout.log / LOG_NAME)
@@ -618,7 +631,7 @@ class LocalCluster:
     def deletion(self) -> DeletionPlan:
         return DeletionPlan(name=self.name, deletes=(
             f"the daemons it started (munged, MariaDB, slurmdbd, slurmctld, {self.config.nodes} slurmd"
-            f"{', the node replacer' if self.config.timings.replace_nodes else ''}) and every "
+            f"{', the node replacer' if self.config.timings.replace_nodes else ''}, the cluster agent) and every "
             "process in its nodes", f"{self.layout.root} (configuration, state, logs, its accounting database)"))
 
     def delete(self, progress: Progress = quiet) -> None:
@@ -629,9 +642,10 @@ class LocalCluster:
 
     def _teardown(self) -> None:
         """Stop every process this cluster started (by pid, all at once) and what its nodes started."""
-        replacer = self._ours("replacer")
-        if replacer is not None:  # first, so that it starts no node while the others stop
-            processes.stop_pids([replacer])
+        # First, so that they start no node and mark none down while the others stop.
+        watchers = [pid for pid in (self._ours("replacer"), self._ours("agent")) if pid is not None]
+        if watchers:
+            processes.stop_pids(watchers)
         namespaces = [ns for ns in (self._node_namespace(node) for node in self.config.node_names) if ns]
         daemons = [pid for pid in (self._ours(key) for key in self.pids) if pid is not None]
         leftovers = [pid for ns in namespaces for pid in processes.pids_in_mount_namespace(ns)]

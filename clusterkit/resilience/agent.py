@@ -1,0 +1,250 @@
+"""The cluster agent: recovery for what the in-job supervisor cannot see, from outside every job (HyperPod's health
+agents, on plain Slurm).
+
+`python -m clusterkit.resilience.agent [--log FILE]` runs where Slurm's commands work with an operator's rights: one
+more daemon of a local cluster, a service on a ParallelCluster head node (node-scripts/clusterkit-agent.sh). Every
+`--interval` seconds it reads the queue once and, for each clusterkit job (its comment names its beacons' directory,
+set by the supervisor):
+
+- a running job's batch host whose liveness beacon went silent and that does not answer a probe is marked DOWN with
+  the evidence as reason. The supervisor, which watches the job's other nodes, runs on the batch host and dies with
+  it; Slurm alone would wait SlurmdTimeout (180 s on ParallelCluster) to notice. DOWN makes Slurm requeue the job
+  at once, and ParallelCluster's clustermgtd replace the node.
+- a job whose batch host it marked DOWN and that then stays COMPLETING on its other nodes (their step daemons
+  report to the dead host) has those nodes let go (DOWN, then at once RESUME), where no other job runs on them;
+- a job it saw running that is now pending on its BeginTime within the credential lifetime of now (Slurm holds a
+  requeued job until the credentials of its last run expire: `cred_expire`, 70 s on ParallelCluster) is released
+  (`scontrol update JobId=X StartTime=now`). The launch credentials it waits out are signed with their creation
+  time; a new run's are newer than the revocation, so slurmd takes them.
+
+Each act is a JSON line in the log: what was seen, the evidence, what was done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from clusterkit import runtime
+from clusterkit.errors import ClusterkitError
+from clusterkit.lean_dataclass import lean_dataclass
+from clusterkit.resilience import beacon
+from clusterkit.slurm import Slurm
+
+INTERVAL_S = 1.0
+DEFAULT_CRED_EXPIRE_S = 120  # Slurm's own, where AuthInfo does not say
+_QUEUE_FORMAT = "%A|%T|%B|%r|%S|%N|%k"  # the comment last: it may hold the separator
+# After its batch host is marked DOWN, how long a job may stay COMPLETING on its other nodes before they are let go.
+COMPLETING_GRACE_S = 5.0
+
+
+@lean_dataclass(frozen=True)
+class QueuedJob:
+    job_id: str
+    state: str
+    batch_host: str
+    reason: str
+    start: str  # StartTime as squeue prints it (the expected start of a pending job)
+    nodes: str  # the nodes it holds (of a COMPLETING job: those still completing), compact
+    beacons: str  # the directory in the job's comment, '' for a job that is not clusterkit's
+
+
+@lean_dataclass(frozen=True)
+class AgentEvent:
+    """One act of the agent, as its log keeps it."""
+
+    event: str  # marked_down, let_go, released, answered (a silent beacon whose node answered), *_failed
+    unix: float
+    job: str
+    node: str = ""
+    evidence: str = ""
+
+
+def read_agent_log(path: Path) -> list[AgentEvent]:
+    """The agent's acts, oldest first (a line cut short by a crash is skipped)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    events = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+            events.append(AgentEvent(str(entry["event"]), float(entry["unix"]), str(entry["job"]),
+                                     str(entry.get("node", "")), str(entry.get("evidence", ""))))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return events
+
+
+def parse_queue(output: str) -> list[QueuedJob]:
+    """squeue's lines in _QUEUE_FORMAT; a job whose comment does not name beacons has beacons ''."""
+    jobs = []
+    for line in output.splitlines():
+        fields = line.split("|", 6)
+        if len(fields) != 7:
+            continue
+        comment = fields[6].strip()
+        beacons = comment.removeprefix(runtime.BEACONS_COMMENT_PREFIX) if comment.startswith(
+            runtime.BEACONS_COMMENT_PREFIX) else ""
+        jobs.append(QueuedJob(fields[0].strip(), fields[1].strip(), fields[2].strip(), fields[3].strip(),
+                              fields[4].strip(), fields[5].strip(), beacons))
+    return jobs
+
+
+def cred_expire_of(auth_info: str) -> int:
+    """`cred_expire` from slurm.conf's AuthInfo (`socket=...,cred_expire=70`), else Slurm's default."""
+    for part in auth_info.split(","):
+        key, _, value = part.partition("=")
+        if key.strip() == "cred_expire" and value.strip().isdigit():
+            return int(value)
+    return DEFAULT_CRED_EXPIRE_S
+
+
+def held_for_credentials(job: QueuedJob, now: dt.datetime, cred_expire: int) -> bool:
+    """Whether a pending job waits on the BeginTime that a requeue sets (now + cred_expire + 1 at most)."""
+    if job.state != "PENDING" or job.reason != "BeginTime":
+        return False
+    try:
+        start = dt.datetime.fromisoformat(job.start)
+    except ValueError:
+        return False
+    return (start - now).total_seconds() <= cred_expire + 2
+
+
+class Agent:
+    def __init__(self, slurm: Slurm, log: Path | None = None, silence_s: float = beacon.SILENCE_S,
+                 probe_s: float = beacon.PROBE_S) -> None:
+        self.slurm = slurm
+        self.log = log
+        self.silence_s = silence_s
+        self.probe_s = probe_s
+        self.cred_expire = cred_expire_of(slurm.config().get("AuthInfo", ""))
+        self.watches: dict[tuple[str, str], beacon.BeaconWatch] = {}  # (job, batch host) -> its beacon's watch
+        self.seen_running: set[str] = set()
+        self.marked: dict[tuple[str, str], float] = {}  # (job, batch host) -> when it was marked DOWN (monotonic)
+
+    def record(self, event: str, **details: object) -> None:
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "unix": round(time.time(), 3), "event": event,
+                 **details}
+        print(" ".join(f"{key}={value}" for key, value in entry.items()), flush=True)
+        if self.log is not None:
+            with open(self.log, "a") as handle:
+                handle.write(json.dumps(entry) + "\n")
+
+    def queue(self) -> list[QueuedJob]:
+        result = self.slurm.run("squeue", "-h", "-a", "-t", "RUNNING,PENDING,COMPLETING", "-o", _QUEUE_FORMAT)
+        return [job for job in parse_queue(result.stdout) if job.beacons]
+
+    def once(self) -> None:
+        """One look at the queue: watch, probe, mark, release."""
+        jobs = self.queue()
+        now_local = dt.datetime.now()
+        watching = set()
+        for job in jobs:
+            if job.state == "RUNNING" and job.batch_host:
+                self.seen_running.add(job.job_id)
+                key = (job.job_id, job.batch_host)
+                watching.add(key)
+                self._watch_batch_host(job, key)
+            elif job.state == "COMPLETING":
+                self._let_go_of_completing(job)
+            elif job.job_id in self.seen_running and held_for_credentials(job, now_local, self.cred_expire):
+                self._release(job)
+        for key in set(self.watches) - watching:
+            del self.watches[key]
+        self.seen_running &= {job.job_id for job in jobs}
+
+    def _watch_batch_host(self, job: QueuedJob, key: tuple[str, str]) -> None:
+        now = time.monotonic()
+        watch = self.watches.setdefault(key, beacon.BeaconWatch(job.beacons, now, self.silence_s))
+        for silence in watch.silent([job.batch_host], now):
+            if key in self.marked:
+                continue
+            answer = beacon.probe(self.slurm, job.batch_host, job.job_id, self.probe_s)
+            if not answer:
+                watch.alive(job.batch_host, time.monotonic())
+                self.record("answered", job=job.job_id, node=job.batch_host,
+                            silent_s=round(silence.seconds, 1))
+                continue
+            evidence = beacon.evidence(silence, answer)
+            try:
+                self.slurm.update_node(job.batch_host, "DOWN", f"clusterkit agent: {evidence}"[:200])
+            except ClusterkitError as error:
+                self.record("mark_failed", job=job.job_id, node=job.batch_host, evidence=evidence, error=str(error))
+                continue
+            self.marked[key] = time.monotonic()
+            self.record("marked_down", job=job.job_id, node=job.batch_host, role="batch host", evidence=evidence)
+
+    def _let_go_of_completing(self, job: QueuedJob) -> None:
+        """A job whose batch host we marked DOWN stays COMPLETING on its other nodes while their step daemons report
+        to the dead host (Slurm's reverse tree: MessageTimeout, 60 s on ParallelCluster, several times over). Once
+        that lasts COMPLETING_GRACE_S, each such node that holds no other job is set DOWN and at once RESUMEd (the
+        administrator's way to clear a job stuck completing), so that the requeued job can start."""
+        marked = [when for (job_id, _), when in self.marked.items() if job_id == job.job_id]
+        if not marked or time.monotonic() - max(marked) < COMPLETING_GRACE_S or not job.nodes:
+            return
+        dead = {host for job_id, host in self.marked if job_id == job.job_id}
+        for node in self.slurm.hostnames(job.nodes):
+            if node in dead or self._other_jobs_on(node, job.job_id):
+                continue
+            reason = f"clusterkit agent: job {job.job_id} completing behind its dead batch host"
+            try:
+                self.slurm.update_node(node, "DOWN", reason)
+                self.slurm.update_node(node, "RESUME")
+            except ClusterkitError as error:
+                self.record("let_go_failed", job=job.job_id, node=node, error=str(error))
+                continue
+            self.record("let_go", job=job.job_id, node=node, evidence=reason)
+        for key in [key for key in self.marked if key[0] == job.job_id]:
+            self.marked[key] = time.monotonic()  # look again after another grace, not every loop
+
+    def _other_jobs_on(self, node: str, job_id: str) -> bool:
+        result = self.slurm.run("squeue", "-h", "-a", "-w", node, "-o", "%A", check=False)
+        return any(line.strip() not in ("", job_id) for line in result.stdout.splitlines())
+
+    def _release(self, job: QueuedJob) -> None:
+        try:
+            self.slurm.run("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
+        except ClusterkitError as error:
+            self.record("release_failed", job=job.job_id, error=str(error))
+            return
+        self.seen_running.discard(job.job_id)
+        self.record("released", job=job.job_id, held_until=job.start,
+                    because=f"requeued: held until its last run's credentials expire (cred_expire={self.cred_expire})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m clusterkit.resilience.agent",
+                                     description="watch clusterkit jobs' batch hosts; release requeued jobs")
+    parser.add_argument("--log", type=Path, default=None, help="append each act as a JSON line here")
+    parser.add_argument("--pid-file", type=Path, default=None)
+    parser.add_argument("--interval", type=float, default=INTERVAL_S)
+    parser.add_argument("--beacon-timeout", type=float, default=beacon.SILENCE_S,
+                        help="seconds of a silent beacon before its node is probed")
+    parser.add_argument("--probe-timeout", type=float, default=beacon.PROBE_S)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if args.log is not None:
+        args.log.parent.mkdir(parents=True, exist_ok=True)
+    if args.pid_file is not None:
+        args.pid_file.write_text(f"{os.getpid()}\n")
+    agent = None
+    while True:
+        started = time.monotonic()
+        try:
+            agent = agent or Agent(Slurm(), args.log, args.beacon_timeout, args.probe_timeout)
+            agent.once()
+        except ClusterkitError as error:  # the controller restarting: next loop
+            print(f"loop failed: {error}", flush=True)
+        time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
