@@ -1,0 +1,89 @@
+"""A silent node found in seconds at ParallelCluster's own Slurm timings (SlurmdTimeout 180 s, MessageTimeout 60 s,
+cred_expire 70 s), on a real local cluster: by the supervisor for a node of the step, by the cluster agent for the
+batch host. A frozen node stands for a real loss (silence, not a reset): Slurm alone would take minutes."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from clusterkit import ClusterRequest, create_cluster
+from clusterkit.jobs.spec import job_from_dict
+from clusterkit.jobs.submit import submit
+from clusterkit.providers.local.cluster import LocalCluster
+from clusterkit.resilience.agent import read_agent_log
+
+from tests.resilience.test_recovery_local import decisions, training_spec, wait_for_log, workdir  # noqa: F401
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def production_cluster() -> Iterator[LocalCluster]:
+    cluster = create_cluster(ClusterRequest("prod", provider="local", nodes=4, timings="parallelcluster",
+                                            replace_nodes=False))
+    try:
+        yield cluster
+    finally:
+        LocalCluster.get("prod").delete()
+
+
+def started_again(log: str) -> float:
+    """When the supervisor last started the step (its own line: 'starting the step ... at UNIX')."""
+    return float(re.findall(r"starting the step \(attempt [^)]*\) on \S+ at ([\d.]+)", log)[-1])
+
+
+def thaw(cluster: LocalCluster, node: str) -> None:
+    cluster.thaw_node(node)
+    cluster.slurm().update_node(node, "RESUME")
+
+
+def test_a_frozen_step_node_is_marked_down_and_the_spare_takes_over_within_20_s(
+        production_cluster, workdir, uninterrupted_digest):  # noqa: F811
+    cluster = production_cluster
+    handle = submit(job_from_dict(training_spec(spares=1)), cluster.name, workdir=workdir)
+    wait_for_log(handle, "checkpoint at step 20", timeout=120)
+    details = cluster.slurm().job_details(handle.job_id)
+    held, batch_host = cluster.slurm().hostnames(details["NodeList"]), details["BatchHost"]
+    (victim,) = [node for node in held[:2] if node != batch_host]
+    frozen = time.time()
+    cluster.freeze_node(victim)
+    try:
+        assert handle.wait(timeout=180, poll=0.5) == "COMPLETED", handle.stdout()[-3000:]
+        (gone,) = [node for node in cluster.slurm().nodes() if node.name == victim]
+        assert gone.base_state == "down" and "liveness beacon silent" in gone.reason, gone
+    finally:
+        thaw(cluster, victim)
+    made = decisions(workdir)
+    assert [d["decision"] for d in made] == ["node_failure", "completed"], made
+    assert made[0]["action"] == "relaunch" and made[0]["marked_down"] == [victim]
+    assert f"{victim}'s liveness beacon silent" in made[0]["evidence"]
+    log = handle.stdout()
+    assert started_again(log) - frozen <= 20, log[-3000:]  # Slurm alone: SlurmdTimeout, 180 s
+    assert int(log.split("resuming from step ")[1].split()[0]) >= 20
+    assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest
+
+
+def test_a_frozen_batch_host_is_marked_down_by_the_agent_and_the_job_resumes_elsewhere_within_45_s(
+        production_cluster, workdir, uninterrupted_digest):  # noqa: F811
+    cluster = production_cluster
+    handle = submit(job_from_dict(training_spec()), cluster.name, workdir=workdir)
+    wait_for_log(handle, "checkpoint at step 20", timeout=120)
+    batch_host = cluster.slurm().job_details(handle.job_id)["BatchHost"]
+    frozen = time.time()
+    cluster.freeze_node(batch_host)
+    try:
+        assert handle.wait(timeout=240, poll=0.5) == "COMPLETED", handle.stdout()[-3000:]
+    finally:
+        thaw(cluster, batch_host)
+    acts = [event for event in read_agent_log(cluster.agent_log) if event.job == handle.job_id]
+    marked = [event for event in acts if event.event == "marked_down"]
+    assert [event.node for event in marked] == [batch_host], acts
+    assert marked[0].unix - frozen <= 15 and "liveness beacon silent" in marked[0].evidence
+    log = handle.stdout()
+    assert "ended NODE_FAIL and Slurm requeued the job" in log
+    assert started_again(log) - frozen <= 45, (log[-3000:], acts)  # Slurm alone: minutes
+    assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest
