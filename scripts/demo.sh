@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The main job, end to end on this machine, set-up included (idempotent; run as root):
-# a real 2-node Slurm cluster that replaces failed nodes (as ParallelCluster's clustermgtd does), a
-# 2-node PyTorch training job under clusterkit's supervisor, a node crash in the middle of it, the node
-# replaced, and the run resuming by itself at full size from its last valid checkpoint, ending with
-# weights bit-identical to a run that never crashed.
+# a real 2-node Slurm cluster at ParallelCluster's own timings (SlurmdTimeout 180 s) that replaces failed
+# nodes as its clustermgtd does, a 2-node PyTorch training job under clusterkit's supervisor, a node going
+# silent in the middle of it (frozen: no connection reset, as a real loss), found by its liveness beacon in
+# seconds and marked DOWN, the node replaced, and the run resuming by itself at full size from its last valid
+# checkpoint, ending with weights bit-identical to a run that never stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -14,7 +15,7 @@ field() { "$repo/.venv/bin/python" -c "import json,sys; print(json.load(sys.stdi
 
 name=demo
 ck delete-cluster "$name" >/dev/null 2>&1 || true
-ck create-cluster --provider local --name "$name" --nodes 2 --replace-nodes --boot-delay 10
+ck create-cluster --provider local --name "$name" --nodes 2 --timings parallelcluster --boot-delay 10
 work=$(mktemp -d)
 trap 'ck delete-cluster "$name"; rm -rf "$work"' EXIT
 ln -s "$repo/examples" "$work/examples"
@@ -28,10 +29,15 @@ for _ in $(seq 600); do grep -q "checkpoint at step 20" "$log" 2>/dev/null && br
 eval "$(ck local env "$name")"  # plain Slurm commands now talk to the demo cluster
 victim=$(scontrol show hostnames "$(squeue -h -j "$job" -o %N)" | tail -n 1)
 
-echo; echo "== 3 a.m.: node $victim dies (SIGKILL of its slurmd and everything it runs)"
-ck local crash-node "$name" "$victim"
-# The job needs every node: it waits for the replacement (a fresh $victim after a 10 s boot).
-for _ in $(seq 100); do
+echo; echo "== 3 a.m.: node $victim goes silent (its slurmd and everything it runs stopped, no connection closed)"
+ck local freeze-node "$name" "$victim"
+for _ in $(seq 300); do
+  sinfo -h -n "$victim" -o "%t %E" | grep -q "^down" && break; sleep 0.1
+done
+echo "Slurm now says $victim is down: $(sinfo -h -n "$victim" -o "%E")"
+# The job needs every node: it waits for the replacement (clustermgtd's 60 s loop, then a fresh $victim after
+# a 10 s boot).
+for _ in $(seq 450); do
   ck status "$job" --cluster "$name" | grep -q "replacement" && break; sleep 0.2
 done
 ck status "$job" --cluster "$name"
