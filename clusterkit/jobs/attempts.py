@@ -102,11 +102,24 @@ def classify(state: str, attempt_id: str, made: list[dict[str, Any]], pending_re
 
 
 def recoveries(attempt_id: str, made: list[dict[str, Any]]) -> str:
-    """The relaunches on spare nodes the supervisor made in an attempt: the fault it saw and its evidence, the nodes
-    it drained, the nodes the step went on on; '' without one."""
-    return " | ".join(f"{','.join(map(str, d.get('nodes', [])))} drained ({d.get('evidence', '')}); relaunched on "
-                      f"{','.join(map(str, d.get('relaunched_on', [])))} at {d.get('time', '?')}"
-                      for d in made if d.get("attempt") == attempt_id and d.get("action") == runtime.RELAUNCH)
+    """The node failures the supervisor acted on in an attempt: the nodes, whether they were marked DOWN (gone) or
+    drained (sick), the evidence, and what followed (the step relaunched on spares, or the job requeued); '' without
+    one."""
+    told = []
+    for d in made:
+        if d.get("attempt") != attempt_id or d.get("decision") != runtime.NODE_FAILURE:
+            continue
+        nodes = ",".join(map(str, d.get("nodes", [])))
+        down = ",".join(map(str, d.get("marked_down", [])))
+        drained = ",".join(node for node in map(str, d.get("nodes", [])) if node not in d.get("marked_down", []))
+        what = "; ".join(part for part in (f"{down} marked DOWN" if down else "",
+                                            f"{drained} drained" if drained else "") if part) or "node failure"
+        if d.get("action") == runtime.RELAUNCH:
+            then = f"relaunched on {','.join(map(str, d.get('relaunched_on', [])))}"
+        else:
+            then = "requeued" if nodes else "Slurm requeued the job"
+        told.append(f"{what} ({d.get('evidence', '')}); {then} at {d.get('time', '?')}")
+    return " | ".join(told)
 
 
 def merge_attempts(job_id: str, accounting: list[AccountingRecord], controller: dict[str, str],

@@ -129,3 +129,17 @@ def test_a_relaunch_on_a_spare_is_one_attempt_that_names_its_recovery() -> None:
                             controller("COMPLETED", 0, "T1"), made)
     assert summary(merged) == [(0, "COMPLETED", "completed")]
     assert merged[0].recoveries == "n2 drained (step exited 1; Slurm reports n2 down*); relaunched on n1,n3 at T5"
+
+
+def test_each_node_failure_says_whether_the_node_was_marked_down_or_drained_and_what_followed() -> None:
+    made = [{"attempt": "9.0", "decision": "node_failure", "nodes": ["n1", "n2"], "marked_down": ["n2"],
+             "evidence": "n2's liveness beacon silent for 4 s; n1: EFA 2 of 4", "time": "T5"},
+            {"attempt": "9.0", "decision": "node_failure", "evidence": "attempt 9.0 ended NODE_FAIL and Slurm "
+             "requeued the job", "time": "T9"},
+            {"attempt": "9.1", "decision": "completed", "evidence": "step exited 0 on n3,n4"}]
+    merged = merge_attempts("9", [record("NODE_FAIL", "T1", "n[1-2]"), record("COMPLETED", "T10", "n[3-4]")],
+                            controller("COMPLETED", 1, "T10"), made)
+    assert merged[0].recoveries == (
+        "n2 marked DOWN; n1 drained (n2's liveness beacon silent for 4 s; n1: EFA 2 of 4); requeued at T5 | "
+        "node failure (attempt 9.0 ended NODE_FAIL and Slurm requeued the job); Slurm requeued the job at T9")
+    assert merged[1].recoveries == ""
