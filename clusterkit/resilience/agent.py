@@ -6,11 +6,13 @@ more daemon of a local cluster, a service on a ParallelCluster head node (node-s
 `--interval` seconds it reads the queue once and, for each clusterkit job (its comment names its beacons' directory,
 set by the supervisor):
 
-- a running job's batch host whose liveness beacon went silent and that does not answer a probe is marked DOWN with
-  the evidence as reason. The supervisor, which watches the job's other nodes, runs on the batch host and dies with
-  it; Slurm alone would wait SlurmdTimeout (180 s on ParallelCluster) to notice. DOWN makes Slurm requeue the job
-  at once, and ParallelCluster's clustermgtd replace the node.
-- a job whose batch host it marked DOWN and that then stays COMPLETING on its other nodes (their step daemons
+- a running job's node whose liveness beacon went silent and that does not answer a probe is marked DOWN with
+  the evidence as reason. For the batch host only the agent can: the supervisor, which watches the job's other
+  nodes, runs there and dies with it; for the others it can where the supervisor, an ordinary user's process on
+  ParallelCluster, may not. Slurm alone would wait SlurmdTimeout (180 s on ParallelCluster) to notice. DOWN makes
+  Slurm requeue the job at once (or take the node out of a --no-kill allocation), and ParallelCluster's
+  clustermgtd replace the node.
+- a job one of whose nodes it marked DOWN and that then stays COMPLETING on its other nodes (their step daemons
   report to the dead host) has those nodes let go (DOWN, then at once RESUME), where no other job runs on them;
 - a job it saw running that is now pending on its BeginTime within the credential lifetime of now (Slurm holds a
   requeued job until the credentials of its last run expire: `cred_expire`, 70 s on ParallelCluster) is released
@@ -40,8 +42,11 @@ from clusterkit.slurm import Slurm
 INTERVAL_S = 1.0
 DEFAULT_CRED_EXPIRE_S = 120  # Slurm's own, where AuthInfo does not say
 _QUEUE_FORMAT = "%A|%T|%B|%r|%S|%N|%k"  # the comment last: it may hold the separator
-# After its batch host is marked DOWN, how long a job may stay COMPLETING on its other nodes before they are let go.
+# After a node of it is marked DOWN, how long a job may stay COMPLETING on its other nodes before they are let go.
 COMPLETING_GRACE_S = 5.0
+# A node other than the batch host is the supervisor's to judge first; the agent, its backstop, waits this much
+# longer (a supervisor without the right to mark a node still gets it marked well within 15 s).
+BACKSTOP_S = beacon.SILENCE_S
 
 
 @lean_dataclass(frozen=True)
@@ -126,9 +131,10 @@ class Agent:
         self.silence_s = silence_s
         self.probe_s = probe_s
         self.cred_expire = cred_expire_of(slurm.config().get("AuthInfo", ""))
-        self.watches: dict[tuple[str, str], beacon.BeaconWatch] = {}  # (job, batch host) -> its beacon's watch
+        self.watches: dict[str, beacon.BeaconWatch] = {}  # job -> its nodes' beacons' watch
+        self.expanded: dict[str, list[str]] = {}  # a compact node list -> its names
         self.seen_running: set[str] = set()
-        self.marked: dict[tuple[str, str], float] = {}  # (job, batch host) -> when it was marked DOWN (monotonic)
+        self.marked: dict[tuple[str, str], float] = {}  # (job, node) -> when it was marked DOWN (monotonic)
 
     def record(self, event: str, **details: object) -> None:
         entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "unix": round(time.time(), 3), "event": event,
@@ -146,47 +152,55 @@ class Agent:
         """One look at the queue: watch, probe, mark, release."""
         jobs = self.queue()
         now_local = dt.datetime.now()
-        watching = set()
         for job in jobs:
             if job.state == "RUNNING" and job.batch_host:
                 self.seen_running.add(job.job_id)
-                key = (job.job_id, job.batch_host)
-                watching.add(key)
-                self._watch_batch_host(job, key)
+                self._watch_nodes(job)
             elif job.state == "COMPLETING":
                 self._let_go_of_completing(job)
             elif job.job_id in self.seen_running and held_for_credentials(job, now_local, self.cred_expire):
                 self._release(job)
-        for key in set(self.watches) - watching:
-            del self.watches[key]
+        running = {job.job_id for job in jobs if job.state == "RUNNING"}
+        for job_id in set(self.watches) - running:
+            del self.watches[job_id]
         self.seen_running &= {job.job_id for job in jobs}
 
-    def _watch_batch_host(self, job: QueuedJob, key: tuple[str, str]) -> None:
+    def _nodes_of(self, job: QueuedJob) -> list[str]:
+        if job.nodes not in self.expanded:
+            self.expanded[job.nodes] = self.slurm.hostnames(job.nodes)
+        return self.expanded[job.nodes]
+
+    def _watch_nodes(self, job: QueuedJob) -> None:
+        """Probe each node of the job whose beacon went silent; mark the ones that do not answer DOWN. The batch host
+        is the one only the agent can judge; the others' supervisor judges them too, but may lack the right to mark
+        a node (an ordinary user on ParallelCluster)."""
         now = time.monotonic()
-        watch = self.watches.setdefault(key, beacon.BeaconWatch(job.beacons, now, self.silence_s))
-        for silence in watch.silent([job.batch_host], now):
-            if key in self.marked:
+        watch = self.watches.setdefault(job.job_id, beacon.BeaconWatch(job.beacons, now, self.silence_s))
+        nodes = [node for node in self._nodes_of(job) if (job.job_id, node) not in self.marked]
+        for silence in watch.silent(nodes, now):
+            node = silence.node
+            if node != job.batch_host and silence.seconds <= self.silence_s + BACKSTOP_S:
                 continue
-            answer = beacon.probe(self.slurm, job.batch_host, job.job_id, self.probe_s)
+            answer = beacon.probe(self.slurm, node, job.job_id, self.probe_s)
             if not answer:
-                watch.alive(job.batch_host, time.monotonic())
-                self.record("answered", job=job.job_id, node=job.batch_host,
-                            silent_s=round(silence.seconds, 1))
+                watch.alive(node, time.monotonic())
+                self.record("answered", job=job.job_id, node=node, silent_s=round(silence.seconds, 1))
                 continue
             evidence = beacon.evidence(silence, answer)
             try:
-                self.slurm.update_node(job.batch_host, "DOWN", f"clusterkit agent: {evidence}"[:200])
+                self.slurm.update_node(node, "DOWN", f"clusterkit agent: {evidence}"[:200])
             except ClusterkitError as error:
-                self.record("mark_failed", job=job.job_id, node=job.batch_host, evidence=evidence, error=str(error))
+                self.record("mark_failed", job=job.job_id, node=node, evidence=evidence, error=str(error))
                 continue
-            self.marked[key] = time.monotonic()
-            self.record("marked_down", job=job.job_id, node=job.batch_host, role="batch host", evidence=evidence)
+            self.marked[(job.job_id, node)] = time.monotonic()
+            self.record("marked_down", job=job.job_id, node=node,
+                        role="batch host" if node == job.batch_host else "node", evidence=evidence)
 
     def _let_go_of_completing(self, job: QueuedJob) -> None:
-        """A job whose batch host we marked DOWN stays COMPLETING on its other nodes while their step daemons report
-        to the dead host (Slurm's reverse tree: MessageTimeout, 60 s on ParallelCluster, several times over). Once
-        that lasts COMPLETING_GRACE_S, each such node that holds no other job is set DOWN and at once RESUMEd (the
-        administrator's way to clear a job stuck completing), so that the requeued job can start."""
+        """A job one of whose nodes (its batch host, say) we marked DOWN stays COMPLETING on its other nodes while their
+        step daemons report to the dead host (Slurm's reverse tree: MessageTimeout, 60 s on ParallelCluster, several
+        times over). Once that lasts COMPLETING_GRACE_S, each such node that holds no other job is set DOWN and at
+        once RESUMEd (the administrator's way to clear a job stuck completing), so that the requeued job can start."""
         marked = [when for (job_id, _), when in self.marked.items() if job_id == job.job_id]
         if not marked or time.monotonic() - max(marked) < COMPLETING_GRACE_S or not job.nodes:
             return
@@ -194,7 +208,7 @@ class Agent:
         for node in self.slurm.hostnames(job.nodes):
             if node in dead or self._other_jobs_on(node, job.job_id):
                 continue
-            reason = f"clusterkit agent: job {job.job_id} completing behind its dead batch host"
+            reason = f"clusterkit agent: job {job.job_id} completing behind its dead node"
             try:
                 self.slurm.update_node(node, "DOWN", reason)
                 self.slurm.update_node(node, "RESUME")
@@ -222,7 +236,7 @@ class Agent:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clusterkit.resilience.agent",
-                                     description="watch clusterkit jobs' batch hosts; release requeued jobs")
+                                     description="watch clusterkit jobs' nodes; release requeued jobs")
     parser.add_argument("--log", type=Path, default=None, help="append each act as a JSON line here")
     parser.add_argument("--pid-file", type=Path, default=None)
     parser.add_argument("--interval", type=float, default=INTERVAL_S)

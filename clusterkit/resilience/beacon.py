@@ -3,14 +3,15 @@
 `python -m clusterkit.resilience.beacon DIR`, one task per node of the allocation (the supervisor starts it as an
 overlapping step beside the training step), rewrites `DIR/<node>.beat` every `BEAT_S` seconds from a process of its
 own: it keeps beating while the node's ranks wait in an all-reduce or write a checkpoint (and ignores the warnings
-meant for them), and stops when the node does (a kernel panic, a power loss, a frozen host: silence, not a reset). Each beat is a fixed-width line written
-in place, opened and closed each time so that it reaches other clients of an NFS share.
+meant for them), and stops when the node does (a kernel panic, a power loss, a frozen host: silence, not a reset).
+Each beat is a fixed-width line written in place, opened and closed each time so that it reaches other clients of an
+NFS share.
 
-A watcher (the supervisor for the step's other nodes; the cluster agent for the batch host) never compares clocks
-across nodes: it notes, on its own monotonic clock, when each beacon's content last changed (`BeaconWatch`). A node
-silent for `SILENCE_S` is probed (`probe`: a trivial srun on it); only a probe that gets no answer in `PROBE_S` is
-evidence. A probe that answers counts as a sign of life, so a slow file system or a loaded machine costs one
-probe, never a node.
+A watcher (the supervisor for the step's other nodes; the cluster agent for every node, the batch host above all)
+never compares clocks across nodes: it notes, on its own monotonic clock, when each beacon's content last changed
+(`BeaconWatch`). A node silent for `SILENCE_S` is probed (`probe`: a trivial srun on it); only a probe that gets no
+answer in `PROBE_S` is evidence. A probe that answers counts as a sign of life, so a slow file system or a loaded
+machine costs one probe, never a node.
 """
 
 from __future__ import annotations

@@ -404,8 +404,9 @@ class Supervisor:
 
     # ----- liveness beacons ---------------------------------------------------------------------------
     def start_beacons(self, nodes: list[str]) -> None:
-        """One beacon per node of the allocation, as an overlapping step for the whole attempt (--no-kill: a lost
-        node's beacon ends alone), and the job's comment pointing the cluster agent at them."""
+        """One beacon per node of `nodes` (what the allocation holds), as an overlapping step beside a try of the
+        training step (--no-kill: a lost node's beacon ends alone), and the job's comment pointing the cluster agent
+        at them."""
         if not self.beacons or not self.job_id or not nodes or shutil.which("srun") is None:
             return
         directory = (self.state_dir / runtime.BEACONS_DIR_NAME).resolve()
@@ -442,7 +443,7 @@ class Supervisor:
         step, self.beacon_step, self.beacon_watch = self.beacon_step, None, None
         if step is None or step.poll() is not None:
             return
-        step.send_signal(signal.SIGTERM)  # srun ends its step (the beacons themselves ignore SIGTERM)
+        step.send_signal(signal.SIGTERM)  # srun ends its step
         try:
             step.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -121,7 +121,8 @@ QUEUE = ("7|RUNNING|n1|None|2026-12-01T10:00:00|n[1-2]|clusterkit-beacons=/fsx/r
 def test_the_agent_reads_only_clusterkit_jobs_and_a_comment_with_the_separator_whole() -> None:
     jobs = [job for job in parse_queue(QUEUE) if job.beacons]
     assert [(job.job_id, job.state, job.batch_host, job.beacons) for job in jobs] == [
-        ("7", "RUNNING", "n1", "/fsx/run|x/.clusterkit/beacons"), ("9", "PENDING", "", "/fsx/other/.clusterkit/beacons")]
+        ("7", "RUNNING", "n1", "/fsx/run|x/.clusterkit/beacons"),
+        ("9", "PENDING", "", "/fsx/other/.clusterkit/beacons")]
     assert cred_expire_of("socket=/run/munge.socket,cred_expire=70") == 70 and cred_expire_of("") == 120
 
 
@@ -140,7 +141,7 @@ def test_the_agent_marks_a_silent_batch_host_down_then_lets_go_and_releases_the_
     beacons = tmp_path / "beacons"
     beacons.mkdir()
     beacon.beat(beacons, "n1", 0)
-    slurm = ProbedSlurm("timeout", queue=f"7|RUNNING|n1|None|2026-12-01T10:00:00|n[1-2]|"
+    slurm = ProbedSlurm("timeout", queue=f"7|RUNNING|n1|None|2026-12-01T10:00:00|n1,n2|"
                                          f"{runtime.BEACONS_COMMENT_PREFIX}{beacons}\n")
     log = tmp_path / "agent.jsonl"
     agent = Agent(slurm, log, silence_s=0.2, probe_s=3)  # type: ignore[arg-type]
@@ -162,7 +163,7 @@ def test_the_agent_marks_a_silent_batch_host_down_then_lets_go_and_releases_the_
     assert len(slurm.updates) == 1
     slurm.on_node = "7\n"
     agent.once()
-    assert slurm.updates[1:] == [("n2", "DOWN", "clusterkit agent: job 7 completing behind its dead batch host"),
+    assert slurm.updates[1:] == [("n2", "DOWN", "clusterkit agent: job 7 completing behind its dead node"),
                                  ("n2", "RESUME", "")]
     start = (dt.datetime.now() + dt.timedelta(seconds=70)).isoformat(timespec="seconds")
     slurm.queue_text = f"7|PENDING||BeginTime|{start}|(null)|{runtime.BEACONS_COMMENT_PREFIX}{beacons}\n"
@@ -176,7 +177,7 @@ def test_the_agent_marks_a_silent_batch_host_down_then_lets_go_and_releases_the_
 def test_a_batch_host_that_answers_its_probe_is_left_alone(tmp_path: Path) -> None:
     slurm = ProbedSlurm("ok", queue=f"7|RUNNING|n1|None|x|n1|{runtime.BEACONS_COMMENT_PREFIX}{tmp_path}\n")
     agent = Agent(slurm, None, silence_s=0.1, probe_s=3)  # type: ignore[arg-type]
-    agent.watches[("7", "n1")] = beacon.BeaconWatch(tmp_path, time.monotonic() - 100, 0.1, start_s=1)
+    agent.watches["7"] = beacon.BeaconWatch(tmp_path, time.monotonic() - 100, 0.1, start_s=1)
     agent.once()  # never beat: probed, answered
     agent.once()
     assert slurm.updates == [] and [c for c in slurm.commands if c[0] == "srun"][:1]
