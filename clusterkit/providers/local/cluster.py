@@ -546,18 +546,20 @@ class LocalCluster:
     def boot_node(self, node: str) -> None:
         """Start a fresh slurmd for `node` and return it to service once it serves."""
         self._start_slurmd(node)
+        if self._registered(node, "the replacement").base_state in ("down", "drain", "fail"):
+            self._slurm.update_node(node, "RESUME")
 
+    def _registered(self, node: str, what: str) -> NodeInfo:
+        """Wait until the slurmd just started for `node` answers the controller; what the controller then says."""
         def registered() -> bool:
             if not pid_alive(self.pids[f"slurmd-{node}"]):
-                raise ClusterkitError(f"the replacement slurmd of {node} exited", fix=f"see {self.layout.log}/slurmd-"
-                                                                                    f"{node}.log")
+                raise ClusterkitError(f"{what} slurmd of {node} exited", fix=f"see {self.layout.log}/slurmd-"
+                                                                             f"{node}.log")
             info = {n.name: n for n in self._slurm.nodes()}.get(node)
             return info is not None and info.responding
 
-        processes.wait_until(registered, START_TIMEOUT, f"the replacement of {node} to register", interval=0.2)
-        info = {n.name: n for n in self._slurm.nodes()}[node]
-        if info.base_state in ("down", "drain", "fail"):
-            self._slurm.update_node(node, "RESUME")
+        processes.wait_until(registered, START_TIMEOUT, f"{what} of {node} to register", interval=0.2)
+        return {n.name: n for n in self._slurm.nodes()}[node]
 
     @property
     def agent_log(self) -> Path:
@@ -599,14 +601,16 @@ class LocalCluster:
         return line.strip()
 
     def start_node(self, node: str, wait: bool = True) -> None:
-        """Start the node's slurmd again (after a crash); it returns to service by itself."""
+        """Start the node's slurmd again (after a crash): a node Slurm set DOWN for not answering returns to service
+        by itself; one marked DOWN for being gone (by clusterkit's beacons, say) is resumed once it answers. A drained
+        one stays drained (its sickness is `heal`'s)."""
         self._check_node(node)
         pid = self._ours(f"slurmd-{node}")
         if pid is not None:
             raise ClusterkitError(f"node {node} of {self.name!r} is already running (slurmd pid {pid})")
         self._start_slurmd(node)
-        if wait:
-            self._wait_for_nodes_up([node])
+        if wait and self._registered(node, "the restarted").base_state == "down":
+            self._slurm.update_node(node, "RESUME")
 
     def fail_health(self, node: str, reason: str = "injected by clusterkit local fail-health") -> None:
         """Make the node's health check fail (its slurmd keeps running): a sick node, not a dead one."""
