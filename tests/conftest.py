@@ -107,15 +107,19 @@ def fake_slurm(tmp_path: Path) -> FakeSlurm:
     return make_fake_slurm(tmp_path)
 
 
-@pytest.fixture(scope="session")
-def uninterrupted_digest(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The final weights of a training run that never stopped: same world size (2), no Slurm."""
+def uninterrupted_digest_of(world: int, run: Path) -> str:
+    """The final weights of a training run of `world` ranks that never stopped, no Slurm (its checkpoints in `run`)."""
     import subprocess
     import sys
 
-    run = tmp_path_factory.mktemp("uninterrupted")
     env = dict(os.environ, TRAIN_STEPS=str(RESILIENT_STEPS), STEP_SECONDS="0", CLUSTERKIT_CHECKPOINT_DIR=str(run))
     examples = Path(__file__).resolve().parents[1] / "examples"
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
                     str(examples / "train_resilient.py")], env=env, check=True, capture_output=True)
     return (run / "final_weights.sha256").read_text().strip()
+
+
+@pytest.fixture(scope="session")
+def uninterrupted_digest(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The final weights of a training run that never stopped: same world size (2), no Slurm."""
+    return uninterrupted_digest_of(2, tmp_path_factory.mktemp("uninterrupted"))

@@ -23,6 +23,7 @@ from clusterkit.providers.local import processes
 from clusterkit.providers.local.cluster import LocalCluster
 from clusterkit.providers.local.replacer import REPLACE_REASON, read_log
 from clusterkit.slurm import AccountingRecord
+from tests.conftest import uninterrupted_digest_of
 from tests.resilience.test_recovery_local import training_spec, wait_for_log
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,10 +31,11 @@ BOOT_DELAY = 2.0
 
 
 @pytest.fixture
-def replacing_cluster() -> Iterator[LocalCluster]:
-    """Two nodes, test timings, with the replacer (1 s loop) and a boot delay of its own."""
-    cluster = create_cluster(ClusterRequest("repl", provider="local", nodes=2, replace_nodes=True,
-                                            boot_delay=BOOT_DELAY))
+def replacing_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """Two nodes (or as the test's `nodes` parameter says), test timings, with the replacer (1 s loop) and a boot
+    delay of its own."""
+    cluster = create_cluster(ClusterRequest("repl", provider="local", nodes=getattr(request, "param", 2),
+                                            replace_nodes=True, boot_delay=BOOT_DELAY))
     try:
         yield cluster
     finally:
@@ -84,21 +86,26 @@ def test_a_crashed_node_is_replaced_after_the_boot_delay_and_a_merely_silent_one
 
 @pytest.mark.slurm
 @pytest.mark.slow
+@pytest.mark.parametrize("replacing_cluster", [4], indirect=True)
 def test_a_job_that_needs_every_node_resumes_at_full_size_on_the_replacement_bit_identical(
-        replacing_cluster, tmp_path, uninterrupted_digest):
+        replacing_cluster, tmp_path):
     cluster = replacing_cluster
     (tmp_path / "examples").symlink_to(REPO / "examples")
-    spec = training_spec()  # 2 nodes: every node of this cluster
+    spec = training_spec()
+    spec["nodes"] = 4  # every node of this cluster
     handle = submit(job_from_dict(spec), cluster.name, workdir=tmp_path)
-    wait_for_log(handle, "checkpoint at step 20", timeout=90)
-    cluster.crash_node("n2")
-    processes.wait_until(lambda: "n2" in cluster.replacements(), 60, "n2's replacement to start", interval=0.2)
-    assert handle.wait(timeout=180, poll=0.5) == "COMPLETED", handle.stdout()[-3000:]
+    uninterrupted = uninterrupted_digest_of(4, tmp_path / "uninterrupted")  # meanwhile, the same run never stopped
+    wait_for_log(handle, "checkpoint at step 20", timeout=120)
+    cluster.crash_node("n3")
+    processes.wait_until(lambda: "n3" in cluster.replacements(), 60, "n3's replacement to start", interval=0.2)
+    assert handle.wait(timeout=240, poll=0.5) == "COMPLETED", handle.stdout()[-3000:]
     attempts = handle.attempts()
     assert attempts[0].base_state == "NODE_FAIL" and attempts[-1].base_state == "COMPLETED"
-    assert cluster.slurm().hostnames(attempts[-1].node_list) == ["n1", "n2"]  # full size, n2 the replacement
-    assert int(handle.stdout().split("resuming from step ")[1].split()[0]) >= 20
-    assert (tmp_path / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest
+    assert cluster.slurm().hostnames(attempts[-1].node_list) == ["n1", "n2", "n3", "n4"]  # full size, n3 fresh
+    log = handle.stdout()
+    assert "training: world 4, resuming from step " in log
+    assert int(log.split("resuming from step ")[1].split()[0]) >= 20
+    assert (tmp_path / "run/final_weights.sha256").read_text().strip() == uninterrupted
     assert {n.name: n for n in cluster.slurm().nodes()}["n2"].reason != REPLACE_REASON
 
 
