@@ -48,6 +48,15 @@ PLACEHOLDER_ACCOUNT = "000000000000"
 PLACEHOLDER_DATABASE_URI = f"clusterkit-accounting.invalid:{DATABASE_PORT}"
 PLACEHOLDER_SECRET_NAME = "clusterkit-accounting-000000"
 PLAIN_PATH_RE = re.compile(r"(/[A-Za-z0-9._-]+)+")
+# ParallelCluster's GPU health check runs DCGM in the Slurm prolog before every job and requeue, and its health
+# check manager lets it run up to 600 s (aws-parallelcluster-node HealthCheckManagerConfig health_check_timeout).
+# ParallelCluster's slurm.conf gives a batch job's start, prolog included, only BatchStartTimeout=180: on p4d and
+# p5 DCGM can take longer and the job fails with "Prolog hung" (aws/aws-parallelcluster known issue #6777).
+# ParallelCluster's guide says to raise BatchStartTimeout for long prologs ("Slurm prolog and epilog") and does not
+# deny the key in CustomSlurmSettings; clusterkit gives the check its whole 600 s and two minutes for the launch.
+GPU_HEALTH_CHECK_TIMEOUT_S = 600
+GPU_HEALTH_CHECK_BATCH_START_TIMEOUT_S = GPU_HEALTH_CHECK_TIMEOUT_S + 120
+BATCH_START_TIMEOUT = "BatchStartTimeout"
 
 Config = dict[str, Any]
 
@@ -180,6 +189,8 @@ def _slurm_settings(spec: ClusterSpec) -> Config:
     overridden = any(key.lower() == "jobrequeue" for key in slurm.custom_settings)
     custom: list[Config] = [] if overridden else [{"JobRequeue": 1 if slurm.job_requeue else 0}]
     custom += [{key: value} for key, value in slurm.custom_settings.items()]
+    if gpu_health_check_queues(spec) and batch_start_timeout_key(spec) is None:
+        custom.append({BATCH_START_TIMEOUT: GPU_HEALTH_CHECK_BATCH_START_TIMEOUT_S})
     settings["CustomSlurmSettings"] = custom
     accounting = slurm.accounting
     if accounting is not None:
@@ -190,6 +201,16 @@ def _slurm_settings(spec: ClusterSpec) -> Config:
             "PasswordSecretArn": placeholder_secret_arn(spec.region) if pending else accounting.password_secret_arn,
         }
     return settings
+
+
+def gpu_health_check_queues(spec: ClusterSpec) -> list[int]:
+    """The indices of the queues that run ParallelCluster's GPU health check before each job."""
+    return [index for index, queue in enumerate(spec.queues) if queue.gpu_health_checks_enabled]
+
+
+def batch_start_timeout_key(spec: ClusterSpec) -> str | None:
+    """The spec's own BatchStartTimeout among its slurm.conf settings, as written (Slurm keys ignore case)."""
+    return next((key for key in spec.slurm.custom_settings if key.lower() == BATCH_START_TIMEOUT.lower()), None)
 
 
 def placeholder_secret_arn(region: str) -> str:

@@ -25,10 +25,29 @@ from clusterkit.providers.aws.resolve import resolve
 
 from .parallelcluster_world import ACCOUNT, RegionWorld
 from .spec_variants import ACCOUNT as ACCOUNT_SCOPE
-from .spec_variants import OFFLINE, STRICTER, VARIANTS, Variant
+from .spec_variants import CR, OFFLINE, V, Variant, private
+from .spec_variants import STRICTER as SHARED_STRICTER
+from .spec_variants import VARIANTS as SHARED_VARIANTS
+from .spec_variants import Stricter
 
 pytestmark = pytest.mark.slow
 MINIMUM_VARIANTS = 200
+
+# The room clusterkit gives ParallelCluster's GPU health check (BatchStartTimeout), and the instance types of the
+# 2026 training presets, through ParallelCluster's validation too.
+VARIANTS: list[Variant] = [
+    *SHARED_VARIANTS,
+    V("batch-start-timeout-short-beside-gpu-health-check", {"slurm.custom_settings": {"BatchStartTimeout": "180"}}),
+    V("batch-start-timeout-room", {"slurm.custom_settings": {"BatchStartTimeout": "720"}}),
+    V("p6-b200-us-east-1", {f"{CR}.instance_type": "p6-b200.48xlarge", "subnet_id": private(2)}),  # zone c has it
+    V("p5e-us-west-2", {f"{CR}.instance_type": "p5e.48xlarge", "subnet_id": private(2)}, region="us-west-2"),
+]
+STRICTER: list[Stricter] = [
+    *SHARED_STRICTER,
+    Stricter(V("batch-start-timeout-not-a-number", {"slurm.custom_settings": {"BatchStartTimeout": "ten"}}),
+             "slurm.conf takes a number of seconds there: slurmctld does not start and the head node's setup fails "
+             "(ParallelCluster checks only the key against its deny list)"),
+]
 
 
 @dataclass

@@ -139,3 +139,31 @@ def test_output_config_onto_something_not_a_regular_file_is_refused(tmp_path: Pa
     after = target.stat()
     assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)  # nothing replaced
     assert sorted(p.name for p in tmp_path.iterdir()) == (["target"] if kind != "device" else [])
+
+
+@pytest.mark.parametrize(("value", "level", "words"), [
+    ("180", "warning", "may take up to 600 s; BatchStartTimeout=180"),
+    ("ten", "error", "BatchStartTimeout is a whole number of seconds"),
+])
+def test_validate_warns_when_a_gpu_health_check_has_no_room(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                            value: str, level: str, words: str) -> None:
+    spec = _write_spec(tmp_path, set_field(base_data(), "slurm.custom_settings", {"BatchStartTimeout": value}))
+    assert _run(["validate", str(spec), "--output", "json"]) == (1 if level == "error" else 0)
+    (finding,) = [f for f in json.loads(capsys.readouterr().out)["findings"]
+                  if f["rule"] == "cluster.gpu-health-check-room"]
+    assert finding["level"] == level and finding["path"] == "slurm.custom_settings.BatchStartTimeout"
+    assert words in finding["message"] and "720" in finding["fix"]
+
+
+@pytest.mark.parametrize("changes", [{"slurm.custom_settings": {"BatchStartTimeout": "720"}},
+                                     {"slurm.custom_settings": {"BatchStartTimeout": "180"},
+                                      "queues[0].gpu_health_checks": False}])
+def test_validate_is_quiet_when_the_health_check_has_room_or_is_off(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                    changes: dict) -> None:
+    data = base_data()
+    for path, value in changes.items():
+        data = set_field(data, path, value)
+    assert _run(["validate", str(_write_spec(tmp_path, data)), "--output", "json"]) == 0
+    assert not [f for f in json.loads(capsys.readouterr().out)["findings"]
+                if f["rule"] == "cluster.gpu-health-check-room"]
+

@@ -120,9 +120,11 @@ def test_pyxis_and_clusterkit_off_leave_no_custom_actions() -> None:
 def test_slurm_requeue_and_custom_settings() -> None:
     settings = _config({"slurm.custom_settings": {"RequeueExit": 42}, "slurm.scaledown_idletime": 30})[
         "Scheduling"]["SlurmSettings"]
-    assert settings["CustomSlurmSettings"] == [{"JobRequeue": 1}, {"RequeueExit": "42"}]
+    # The GPU queue's health check gets its room last (see the test below).
+    assert settings["CustomSlurmSettings"] == [{"JobRequeue": 1}, {"RequeueExit": "42"}, {"BatchStartTimeout": 720}]
     assert settings["ScaledownIdletime"] == 30
-    overridden = _config({"slurm.custom_settings": {"JobRequeue": "0"}})["Scheduling"]["SlurmSettings"]
+    overridden = _config({"slurm.custom_settings": {"JobRequeue": "0"}, "queues[0].gpu_health_checks": False})[
+        "Scheduling"]["SlurmSettings"]
     assert overridden["CustomSlurmSettings"] == [{"JobRequeue": "0"}]  # the user's wins, with a warning
 
 
@@ -279,3 +281,25 @@ def test_the_p4de_preset_has_a_database_unless_accounting_none_opts_out() -> Non
     assert not [f for f in findings if f.level is Level.ERROR]  # 41 characters: fine without accounting
     assert any(f.path == "slurm.accounting" and f.level is Level.WARNING and "no Slurm accounting database" in
                f.message for f in findings)
+
+
+def _custom_slurm(config: dict) -> list[dict]:
+    return config["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"]
+
+
+@pytest.mark.parametrize("name", ["p4d", "p4de", "p5"])
+def test_a_gpu_health_check_gets_room_to_run_before_the_job_starts(name: str) -> None:
+    """ParallelCluster's DCGM prolog may run 600 s; its own slurm.conf gives a job's start 180 (issue #6777)."""
+    config = render_config(preset(name))
+    assert config["Scheduling"]["SlurmQueues"][0]["HealthChecks"] == {"Gpu": {"Enabled": True}}
+    assert {"BatchStartTimeout": 720} in _custom_slurm(config)
+
+
+def test_the_room_follows_the_health_check_and_the_specs_own_timeout_wins() -> None:
+    assert {"BatchStartTimeout": 720} in _custom_slurm(_config({}))
+    off = _custom_slurm(_config({"queues[0].gpu_health_checks": False}))
+    assert not any("BatchStartTimeout" in setting for setting in off)
+    own = _custom_slurm(_config({"slurm.custom_settings": {"batchstarttimeout": "900"}}))
+    assert [setting for setting in own if "BatchStartTimeout".lower() in str(setting).lower()] == \
+        [{"batchstarttimeout": "900"}]
+    assert not any("BatchStartTimeout" in setting for setting in _custom_slurm(render_config(preset("trn1"))))

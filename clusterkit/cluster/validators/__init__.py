@@ -52,7 +52,7 @@ RULES: tuple[Rule, ...] = (
     network.region, network.subnets, network.network,
     clusterkit_on_nodes.clusterkit_on_nodes,
     access.ssh_access,
-    slurm.slurm_settings, slurm.slurm_accounting,
+    slurm.slurm_settings, slurm.gpu_health_check_room, slurm.slurm_accounting,
     custom_actions.custom_actions,
     pyxis.pyxis,
     access.iam_policies,

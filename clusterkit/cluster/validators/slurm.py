@@ -1,11 +1,17 @@
 """Slurm: settings against ParallelCluster's deny lists and slurm.conf's syntax (a value hiding a second
-setting), queue update strategy, and the accounting database."""
+setting), queue update strategy, room for the GPU health check's prolog, and the accounting database."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
 
+from clusterkit.cluster.render import (
+    GPU_HEALTH_CHECK_BATCH_START_TIMEOUT_S,
+    GPU_HEALTH_CHECK_TIMEOUT_S,
+    batch_start_timeout_key,
+    gpu_health_check_queues,
+)
 from clusterkit.cluster.spec import ClusterSpec
 from clusterkit.cluster.validators.common import compute_resources, matches, suggest
 from clusterkit.findings import Finding, error, info, shorten, warning
@@ -73,6 +79,27 @@ def slurm_settings(spec: ClusterSpec) -> Iterator[Finding]:
     for _, _, path, compute in compute_resources(spec):
         yield from _slurm_settings_findings(f"{path}.slurm_settings", compute.slurm_settings,
                                             SLURM_DENIED_NODE_SETTINGS, "compute resource")
+
+
+def gpu_health_check_room(spec: ClusterSpec) -> Iterator[Finding]:
+    """A BatchStartTimeout of the spec's own that leaves ParallelCluster's GPU health check too little time: the
+    DCGM prolog runs before every job and requeue, and a job whose prolog outlasts it fails to start ("Prolog
+    hung", aws/aws-parallelcluster known issue #6777). Without one, the config gives the check its room."""
+    key = batch_start_timeout_key(spec)
+    queues = gpu_health_check_queues(spec)
+    if key is None or not queues:
+        return
+    value = spec.slurm.custom_settings[key]
+    field = f"slurm.custom_settings.{key}"
+    room = GPU_HEALTH_CHECK_BATCH_START_TIMEOUT_S
+    if not value.isdigit():
+        yield error(field, f"{key} is a whole number of seconds", f"e.g. {room}", value)
+    elif int(value) < room:
+        yield warning(field, f"queues[{queues[0]}] runs ParallelCluster's GPU health check (DCGM) in the prolog of "
+                      f"every job, which may take up to {GPU_HEALTH_CHECK_TIMEOUT_S} s; {key}={value} gives the job's "
+                      "start less, and a job whose prolog outlasts it fails to start (\"Prolog hung\", ParallelCluster "
+                      "known issue #6777)", f"set {key} to {room} or more (or leave it out: clusterkit then writes "
+                      f"{room}), or gpu_health_checks: false on the queue", value)
 
 
 def slurm_accounting(spec: ClusterSpec) -> Iterator[Finding]:
