@@ -16,8 +16,8 @@ set by the supervisor):
   report to the dead host) has those nodes let go (DOWN, then at once RESUME), where no other job runs on them;
 - a job it saw running that is now pending on its BeginTime within the credential lifetime of now (Slurm holds a
   requeued job until the credentials of its last run expire: `cred_expire`, 70 s on ParallelCluster) is released
-  (`scontrol update JobId=X StartTime=now`). The launch credentials it waits out are signed with their creation
-  time; a new run's are newer than the revocation, so slurmd takes them.
+  (`scontrol update JobId=X StartTime=now`), REVOCATION_MARGIN_S after the requeue. The launch credentials it waits
+  out are signed with their creation time; a new run's, seconds newer than the revocation, are taken by slurmd.
 
 Each act is a JSON line in the log: what was seen, the evidence, what was done.
 """
@@ -42,6 +42,9 @@ from clusterkit.slurm import Slurm
 INTERVAL_S = 1.0
 DEFAULT_CRED_EXPIRE_S = 120  # Slurm's own, where AuthInfo does not say
 _QUEUE_FORMAT = "%A|%T|%B|%r|%S|%N|%k"  # the comment last: it may hold the separator
+# Slurm's credential times are whole seconds: a run started in the second its predecessor's credentials were revoked
+# can be refused by slurmd (seen once under load: a job released at once after its requeue ended FAILED at its start).
+REVOCATION_MARGIN_S = 3
 # After a node of it is marked DOWN, how long a job may stay COMPLETING on its other nodes before they are let go.
 COMPLETING_GRACE_S = 5.0
 # A node other than the batch host is the supervisor's to judge first; the agent, its backstop, waits this much
@@ -123,6 +126,15 @@ def held_for_credentials(job: QueuedJob, now: dt.datetime, cred_expire: int) -> 
     return (start - now).total_seconds() <= cred_expire + 2
 
 
+def releasable(job: QueuedJob, now: dt.datetime, cred_expire: int) -> bool:
+    """Whether a job held for its credentials may start now: REVOCATION_MARGIN_S after its requeue (the hold then
+    ends at most cred_expire + 1 - margin from now)."""
+    if not held_for_credentials(job, now, cred_expire):
+        return False
+    start = dt.datetime.fromisoformat(job.start)
+    return (start - now).total_seconds() <= cred_expire + 1 - REVOCATION_MARGIN_S
+
+
 class Agent:
     def __init__(self, slurm: Slurm, log: Path | None = None, silence_s: float = beacon.SILENCE_S,
                  probe_s: float = beacon.PROBE_S) -> None:
@@ -158,7 +170,7 @@ class Agent:
                 self._watch_nodes(job)
             elif job.state == "COMPLETING":
                 self._let_go_of_completing(job)
-            elif job.job_id in self.seen_running and held_for_credentials(job, now_local, self.cred_expire):
+            elif job.job_id in self.seen_running and releasable(job, now_local, self.cred_expire):
                 self._release(job)
         running = {job.job_id for job in jobs if job.state == "RUNNING"}
         for job_id in set(self.watches) - running:

@@ -165,7 +165,12 @@ def test_the_agent_marks_a_silent_batch_host_down_then_lets_go_and_releases_the_
     agent.once()
     assert slurm.updates[1:] == [("n2", "DOWN", "clusterkit agent: job 7 completing behind its dead node"),
                                  ("n2", "RESUME", "")]
-    start = (dt.datetime.now() + dt.timedelta(seconds=70)).isoformat(timespec="seconds")
+    start = (dt.datetime.now() + dt.timedelta(seconds=71)).isoformat(timespec="seconds")
+    slurm.queue_text = f"7|PENDING||BeginTime|{start}|(null)|{runtime.BEACONS_COMMENT_PREFIX}{beacons}\n"
+    agent.once()  # just requeued: its predecessor's credentials were revoked this very second
+    assert ("scontrol", "update", "JobId=7", "StartTime=now") not in slurm.commands
+    start = (dt.datetime.now() + dt.timedelta(seconds=71 - agent_module.REVOCATION_MARGIN_S)).isoformat(
+        timespec="seconds")
     slurm.queue_text = f"7|PENDING||BeginTime|{start}|(null)|{runtime.BEACONS_COMMENT_PREFIX}{beacons}\n"
     agent.once()
     assert ("scontrol", "update", "JobId=7", "StartTime=now") in slurm.commands
