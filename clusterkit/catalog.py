@@ -40,8 +40,12 @@ PRESET_INSTANCE_TYPES: dict[str, str] = {
     "p4d": "p4d.24xlarge",
     "p4de": "p4de.24xlarge",
     "p5": "p5.48xlarge",
+    "p5e": "p5e.48xlarge",
+    "p5en": "p5en.48xlarge",
+    "p6-b200": "p6-b200.48xlarge",
     "trn1": "trn1.32xlarge",
     "trn1n": "trn1n.32xlarge",
+    "trn2": "trn2.48xlarge",
     "g5": "g5.12xlarge",
 }
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from clusterkit.catalog import PRESET_INSTANCE_TYPES
 from clusterkit.cluster.spec import (
+    DEFAULT_REGION,
     AccountingSpec,
     ClusterSpec,
     ComputeSpec,
@@ -40,6 +41,8 @@ class Preset:
 # Training defaults of AWS's reference clusters: idle dynamic nodes stay an hour (a crashed or requeued
 # job finds them again instead of waiting for new ones), and a queue change drains running jobs first.
 TRAINING_SCALEDOWN_MINUTES = 60
+# Where EC2 offers p5e.48xlarge and trn2.48xlarge (the instance table: not in us-east-1) besides few others.
+OHIO = "us-east-2"
 
 
 def _training_slurm() -> SlurmSpec:
@@ -60,11 +63,13 @@ def _cpu_queue() -> QueueSpec:
 
 
 def _training_cluster(name: str, compute_name: str, max_count: int, fsx_capacity_gib: int,
-                      fsx_throughput: int) -> ClusterSpec:
-    """A training cluster of the preset's instance type (the catalog's, so jobs mean the same machine)."""
+                      fsx_throughput: int, region: str = DEFAULT_REGION) -> ClusterSpec:
+    """A training cluster of the preset's instance type (the catalog's, so jobs mean the same machine), in a
+    region that offers it (EC2 offers p5e and trn2 in few regions, us-east-1 not among them)."""
     instance_type = PRESET_INSTANCE_TYPES[name]
     return ClusterSpec(
         name=name,
+        region=region,
         head_node=HeadNodeSpec(instance_type="c5.9xlarge", root_volume_gb=500),
         queues=[
             QueueSpec(
@@ -108,10 +113,19 @@ PRESETS: dict[str, Preset] = {
                lambda: _training_cluster("p4d", "p4d-24xl", 4, 4800, 250)),
         Preset("p5", "8× H100 80 GB per node, 32 EFA (3200 Gbps); large-scale training",
                lambda: _training_cluster("p5", "p5-48xl", 8, 9600, 500)),
+        Preset("p5e", "8× H200 141 GB per node, 32 EFA (3200 Gbps); large-scale training (us-east-2)",
+               lambda: _training_cluster("p5e", "p5e-48xl", 8, 9600, 500, region=OHIO)),
+        Preset("p5en", "8× H200 141 GB per node, 16 EFA (3200 Gbps); large-scale training",
+               lambda: _training_cluster("p5en", "p5en-48xl", 8, 9600, 500)),
+        Preset("p6-b200", "8× B200 179 GB per node, 8 EFA (3200 Gbps); large-scale training",
+               lambda: _training_cluster("p6-b200", "p6-b200-48xl", 8, 9600, 500)),
         Preset("trn1", "16 Trainium (32 NeuronCores) per node, 8 EFA (800 Gbps); training",
                lambda: _training_cluster("trn1", "trn1-32xl", 4, 4800, 250)),
         Preset("trn1n", "16 Trainium (32 NeuronCores) per node, 16 EFA (1600 Gbps); training",
                lambda: _training_cluster("trn1n", "trn1n-32xl", 4, 4800, 250)),
+        Preset("trn2", "16 Trainium2 (128 NeuronCores: 64 ranks at the default LNC=2) per node, 16 EFA "
+               "(3200 Gbps); large-scale training (us-east-2)",
+               lambda: _training_cluster("trn2", "trn2-48xl", 8, 9600, 500, region=OHIO)),
         Preset("g5", "4× A10G 24 GB per node, 1 EFA; development and inference", _g5),
     )
 }

@@ -167,3 +167,40 @@ def test_validate_is_quiet_when_the_health_check_has_room_or_is_off(tmp_path: Pa
     assert not [f for f in json.loads(capsys.readouterr().out)["findings"]
                 if f["rule"] == "cluster.gpu-health-check-room"]
 
+
+# The 2026 training instances: EFA interfaces (EC2's table), ranks per node (GPUs, or NeuronCores at the
+# default logical size), and whether the job rules hold version floors of the family (stack_versions.py).
+NEW_TRAINING_PRESETS = {"p5e": (32, 8, True), "p5en": (16, 8, True), "p6-b200": (8, 8, True), "trn2": (16, 64, False)}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_TRAINING_PRESETS))
+def test_the_2026_training_presets_render_validate_and_dry_run(name: str, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    from clusterkit.catalog import resolve_instance_type
+    from clusterkit.cluster import preset, validate
+    from clusterkit.findings import Level
+    from clusterkit.stack_versions import FLOORS
+
+    efa, ranks, floors = NEW_TRAINING_PRESETS[name]
+    facts = resolve_instance_type(name)
+    assert facts is not None and facts.efa_interfaces == efa and facts.processes_per_node == ranks
+    family = facts.name.split(".")[0]
+    assert any(family in floor.families for floor in FLOORS) is floors
+    spec = preset(name)
+    assert spec.region in facts.regions  # the preset's region offers it
+    assert [f for f in validate(spec) if f.level is Level.ERROR] == []
+    out = tmp_path / "cluster.yaml"
+    assert _run(["create-cluster", "--preset", name, "--name", "train", "--dry-run", "--subnet-id", SUBNET,
+                 "--output-config", str(out)]) == 0
+    config = yaml.safe_load(out.read_text())
+    assert config["Region"] == spec.region
+    (compute,) = config["Scheduling"]["SlurmQueues"][0]["ComputeResources"]
+    assert compute["InstanceType"] == facts.name and compute["Efa"] == {"Enabled": True}
+    assert compute["Networking"] == {"PlacementGroup": {"Enabled": True}}
+    gpu = facts.accelerator == "gpu"
+    assert ("HealthChecks" in config["Scheduling"]["SlurmQueues"][0]) is gpu
+    assert ({"BatchStartTimeout": 720} in config["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"]) is gpu
+    assert ("neuron.sh" in str(config["Scheduling"]["SlurmQueues"][0].get("CustomActions"))) is not gpu
+    printed = capsys.readouterr().out  # 8 nodes at most, each 3200 Gbps
+    assert f"accelerators (at most): {8 * facts.accelerator_count}×" in printed and "25600 Gbps" in printed
+
