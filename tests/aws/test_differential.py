@@ -41,6 +41,8 @@ VARIANTS: list[Variant] = [
     V("batch-start-timeout-room", {"slurm.custom_settings": {"BatchStartTimeout": "720"}}),
     V("p6-b200-us-east-1", {f"{CR}.instance_type": "p6-b200.48xlarge", "subnet_id": private(2)}),  # zone c has it
     V("p5e-us-west-2", {f"{CR}.instance_type": "p5e.48xlarge", "subnet_id": private(2)}, region="us-west-2"),
+    V("p6e-gb200", {f"{CR}.instance_type": "p6e-gb200.36xlarge"}),
+    V("trn2u-ultraserver", {f"{CR}.instance_type": "trn2u.48xlarge"}),  # no region of ParallelCluster's offers it
 ]
 STRICTER: list[Stricter] = [
     *SHARED_STRICTER,

@@ -204,3 +204,12 @@ def test_the_2026_training_presets_render_validate_and_dry_run(name: str, tmp_pa
     printed = capsys.readouterr().out  # 8 nodes at most, each 3200 Gbps
     assert f"accelerators (at most): {8 * facts.accelerator_count}×" in printed and "25600 Gbps" in printed
 
+
+def test_p6e_gb200_is_refused_for_what_it_needs_not_as_unknown(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    spec = _write_spec(tmp_path, set_field(base_data(), "queues[0].compute[0].instance_type", "p6e-gb200.36xlarge"))
+    assert _run(["validate", str(spec), "--output", "json"]) == 1
+    (finding,) = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["rule"] == "cluster.instance-types"]
+    assert finding["path"] == "queues[0].compute[0].instance_type" and finding["level"] == "error"
+    assert "does not exist" not in finding["message"]
+    assert "Capacity Blocks" in finding["message"] and "arm64" in finding["message"] and "IMEX" in finding["message"]
+    assert "p6-b200" in finding["fix"]

@@ -12,6 +12,22 @@ from clusterkit.findings import Finding, error, warning
 
 NODE_ARCHITECTURES = ("x86_64", "arm64")
 INSTANCE_TYPE_RE = r"[a-z][a-z0-9-]*\.[a-z0-9-]+"
+# UltraServer types, sold only in Capacity Blocks of several instances joined by their accelerators' own fabric:
+# EC2's data lacks them or their accelerators, and clusterkit renders none of what they need. Refused for that
+# reason (a test holds every p5/p6/trn type of botocore's EC2 model to the catalog or this list).
+UNSUPPORTED_TYPES = {
+    "p6e-gb200.36xlarge": (
+        "exists in EC2 only inside UltraServer Capacity Blocks (arm64 Grace hosts with 4 B200 GPUs each, NVLink "
+        "across the UltraServer through NVIDIA IMEX); ParallelCluster supports it from 3.14 with CAPACITY_BLOCK "
+        "queues and IMEX set up on the image (its 3.14.0 changelog), which clusterkit does not render yet, and "
+        "clusterkit's instance table does not carry it",
+        "use p6-b200.48xlarge (8 B200 per x86_64 node: --preset p6-b200), or write the ParallelCluster config "
+        "for a p6e-gb200 Capacity Block yourself"),
+    "trn2u.48xlarge": (
+        "exists in EC2 only inside Trn2 UltraServer Capacity Blocks (trn2 nodes joined by NeuronLink); EC2's "
+        "instance data gives it no accelerators, so clusterkit would start one rank per node",
+        "use trn2.48xlarge (16 Trainium2 per node: --preset trn2)"),
+}
 
 
 def _instance_types(spec: ClusterSpec) -> Iterator[tuple[str, str]]:
@@ -26,6 +42,10 @@ def _instance_types(spec: ClusterSpec) -> Iterator[tuple[str, str]]:
 def instance_types(spec: ClusterSpec) -> Iterator[Finding]:
     table = offerings.table()
     for path, name in _instance_types(spec):
+        if name in UNSUPPORTED_TYPES:
+            why, fix = UNSUPPORTED_TYPES[name]
+            yield error(path, f"{name} {why} (instance table of {table.generated})", fix, name)
+            continue
         if table.facts(name) is not None:
             continue
         close = table.similar(name)
