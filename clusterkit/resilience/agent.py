@@ -12,6 +12,8 @@ set by the supervisor):
   ParallelCluster, may not. Slurm alone would wait SlurmdTimeout (180 s on ParallelCluster) to notice. DOWN makes
   Slurm requeue the job at once (or take the node out of a --no-kill allocation), and ParallelCluster's
   clustermgtd replace the node.
+- a job whose batch host it marked DOWN is requeued (Slurm keeps a --no-kill job, one with spares, running without
+  its batch script);
 - a job one of whose nodes it marked DOWN and that then stays COMPLETING on its other nodes (their step daemons
   report to the dead host) has those nodes let go (DOWN, then at once RESUME), where no other job runs on them;
 - a job it saw running that is now pending on its BeginTime within the credential lifetime of now (Slurm holds a
@@ -45,6 +47,10 @@ _QUEUE_FORMAT = "%A|%T|%B|%r|%S|%N|%k"  # the comment last: it may hold the sepa
 # Slurm's credential times are whole seconds: a run started in the second its predecessor's credentials were revoked
 # can be refused by slurmd (seen once under load: a job released at once after its requeue ended FAILED at its start).
 REVOCATION_MARGIN_S = 3
+LINGER_REASON = "clusterkit agent: back in service once it has let go of job"
+# A step daemon tries its dead parent this many times (Slurm's REVERSE_TREE_PARENT_RETRY, 5, and the first), each up
+# to MessageTimeout, before it reports to the controller and ends.
+PARENT_TRIES = 6
 # After a node of it is marked DOWN, how long a job may stay COMPLETING on its other nodes before they are let go.
 COMPLETING_GRACE_S = 5.0
 # A node other than the batch host is the supervisor's to judge first; the agent, its backstop, waits this much
@@ -67,7 +73,7 @@ class QueuedJob:
 class AgentEvent:
     """One act of the agent, as its log keeps it."""
 
-    event: str  # marked_down, let_go, released, answered (a silent beacon whose node answered), *_failed
+    event: str  # marked_down, requeued, let_go, returned, released, answered (a probe answered), *_failed
     unix: float
     job: str
     node: str = ""
@@ -106,6 +112,12 @@ def parse_queue(output: str) -> list[QueuedJob]:
     return jobs
 
 
+def slurm_seconds(value: str, default: int) -> int:
+    """A duration as `scontrol show config` prints it ("60 sec"), else `default`."""
+    number = value.split()[0] if value.split() else ""
+    return int(number) if number.isdigit() else default
+
+
 def cred_expire_of(auth_info: str) -> int:
     """`cred_expire` from slurm.conf's AuthInfo (`socket=...,cred_expire=70`), else Slurm's default."""
     for part in auth_info.split(","):
@@ -142,11 +154,15 @@ class Agent:
         self.log = log
         self.silence_s = silence_s
         self.probe_s = probe_s
-        self.cred_expire = cred_expire_of(slurm.config().get("AuthInfo", ""))
+        config = slurm.config()
+        self.cred_expire = cred_expire_of(config.get("AuthInfo", ""))
         self.watches: dict[str, beacon.BeaconWatch] = {}  # job -> its nodes' beacons' watch
         self.expanded: dict[str, list[str]] = {}  # a compact node list -> its names
         self.seen_running: set[str] = set()
         self.marked: dict[tuple[str, str], float] = {}  # (job, node) -> when it was marked DOWN (monotonic)
+        self.held_back: dict[str, float] = {}  # node let go of a job -> when its stale step daemon is surely gone
+        timeout = slurm_seconds(config.get("MessageTimeout", ""), 10)
+        self.linger_s = PARENT_TRIES * timeout + 5
 
     def record(self, event: str, **details: object) -> None:
         entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "unix": round(time.time(), 3), "event": event,
@@ -172,6 +188,7 @@ class Agent:
                 self._let_go_of_completing(job)
             elif job.job_id in self.seen_running and releasable(job, now_local, self.cred_expire):
                 self._release(job)
+        self._return_held_back()
         running = {job.job_id for job in jobs if job.state == "RUNNING"}
         for job_id in set(self.watches) - running:
             del self.watches[job_id]
@@ -207,12 +224,25 @@ class Agent:
             self.marked[(job.job_id, node)] = time.monotonic()
             self.record("marked_down", job=job.job_id, node=node,
                         role="batch host" if node == job.batch_host else "node", evidence=evidence)
+            if node == job.batch_host:
+                self._requeue(job)
+
+    def _requeue(self, job: QueuedJob) -> None:
+        """Requeue a job whose batch host is gone. Slurm does so itself for most jobs when the host goes DOWN, but
+        keeps a --no-kill one (a job with spares) RUNNING on its other nodes with no batch script, for ever."""
+        result = self.slurm.run("scontrol", "requeue", job.job_id, check=False)
+        if result.returncode == 0:
+            self.record("requeued", job=job.job_id, node=job.batch_host, evidence="its batch host is gone")
+        elif "pending" not in result.stderr.lower():  # pending: Slurm requeued it already
+            self.record("requeue_failed", job=job.job_id, error=result.stderr.strip()[:200])
 
     def _let_go_of_completing(self, job: QueuedJob) -> None:
         """A job one of whose nodes (its batch host, say) we marked DOWN stays COMPLETING on its other nodes while their
         step daemons report to the dead host (Slurm's reverse tree: MessageTimeout, 60 s on ParallelCluster, several
         times over). Once that lasts COMPLETING_GRACE_S, each such node that holds no other job is set DOWN and at
-        once RESUMEd (the administrator's way to clear a job stuck completing), so that the requeued job can start."""
+        once RESUMEd (the administrator's way to clear a job stuck completing), so that the requeued job can start,
+        then DRAINED until its stale step daemon has given up (`linger_s`): the requeued job, the same job id, must
+        not land there meanwhile (its first step's id would meet the stale one's, and fail)."""
         marked = [when for (job_id, _), when in self.marked.items() if job_id == job.job_id]
         if not marked or time.monotonic() - max(marked) < COMPLETING_GRACE_S or not job.nodes:
             return
@@ -224,12 +254,27 @@ class Agent:
             try:
                 self.slurm.update_node(node, "DOWN", reason)
                 self.slurm.update_node(node, "RESUME")
+                self.slurm.update_node(node, "DRAIN", f"{LINGER_REASON} {job.job_id}'s stale step"[:200])
             except ClusterkitError as error:
                 self.record("let_go_failed", job=job.job_id, node=node, error=str(error))
                 continue
+            self.held_back[node] = time.monotonic() + self.linger_s
             self.record("let_go", job=job.job_id, node=node, evidence=reason)
         for key in [key for key in self.marked if key[0] == job.job_id]:
             self.marked[key] = time.monotonic()  # look again after another grace, not every loop
+
+    def _return_held_back(self) -> None:
+        """RESUME the nodes let go of a job once their stale step daemon is gone, if still drained for that."""
+        due = [node for node, when in self.held_back.items() if time.monotonic() >= when]
+        if not due:
+            return
+        states = {info.name: info for info in self.slurm.nodes()}
+        for node in due:
+            del self.held_back[node]
+            info = states.get(node)
+            if info is not None and info.reason.startswith(LINGER_REASON):
+                self.slurm.update_node(node, "RESUME")
+                self.record("returned", job="", node=node, evidence="its stale step daemon has given up")
 
     def _other_jobs_on(self, node: str, job_id: str) -> bool:
         result = self.slurm.run("squeue", "-h", "-a", "-w", node, "-o", "%A", check=False)

@@ -20,6 +20,7 @@ from clusterkit.resilience import agent as agent_module
 from clusterkit.resilience import beacon
 from clusterkit.resilience.agent import Agent, QueuedJob, cred_expire_of, held_for_credentials, parse_queue
 from clusterkit.resilience.decisions import Budget, Health, Kind, Outcome, decide
+from clusterkit.slurm import NodeInfo
 
 
 def test_a_beacon_is_silent_by_its_own_changes_on_the_watchers_clock(tmp_path: Path) -> None:
@@ -64,9 +65,13 @@ class ProbedSlurm:
         self.updates: list[tuple[str, str, str]] = []
         self.commands: list[tuple[str, ...]] = []
         self.on_node = ""  # squeue -w: what else runs there
+        self.drained_reason = ""
 
     def config(self) -> dict[str, str]:
-        return {"AuthInfo": self.auth_info}
+        return {"AuthInfo": self.auth_info, "MessageTimeout": "60 sec"}
+
+    def nodes(self) -> list[NodeInfo]:
+        return [NodeInfo("n2", "drain", 2, "", self.drained_reason)]
 
     def run(self, command: str, *args: str, check: bool = True, timeout: float | None = None,
             **_: object) -> subprocess.CompletedProcess[str]:
@@ -151,6 +156,7 @@ def test_the_agent_marks_a_silent_batch_host_down_then_lets_go_and_releases_the_
     agent.once()
     (node, state, reason), = slurm.updates
     assert (node, state) == ("n1", "DOWN") and reason.startswith("clusterkit agent: n1's liveness beacon silent")
+    assert ("scontrol", "requeue", "7") in slurm.commands  # a --no-kill job (spares) would run on without it
     agent.once()  # marked once, not every loop
     assert len(slurm.updates) == 1
     # Slurm requeued it: it stays COMPLETING on n2, whose step daemon reports to the dead host.
@@ -164,7 +170,11 @@ def test_the_agent_marks_a_silent_batch_host_down_then_lets_go_and_releases_the_
     slurm.on_node = "7\n"
     agent.once()
     assert slurm.updates[1:] == [("n2", "DOWN", "clusterkit agent: job 7 completing behind its dead node"),
-                                 ("n2", "RESUME", "")]
+                                 ("n2", "RESUME", ""),
+                                 ("n2", "DRAIN", f"{agent_module.LINGER_REASON} 7's stale step")]
+    assert agent.linger_s == 6 * 60 + 5  # MessageTimeout 60 s, tried six times by the stale step daemon
+    agent.held_back["n2"] = 0.0  # its time has come: it returns to service while drained for that reason
+    slurm.drained_reason = f"{agent_module.LINGER_REASON} 7's stale step"
     start = (dt.datetime.now() + dt.timedelta(seconds=71)).isoformat(timespec="seconds")
     slurm.queue_text = f"7|PENDING||BeginTime|{start}|(null)|{runtime.BEACONS_COMMENT_PREFIX}{beacons}\n"
     agent.once()  # just requeued: its predecessor's credentials were revoked this very second
@@ -174,8 +184,9 @@ def test_the_agent_marks_a_silent_batch_host_down_then_lets_go_and_releases_the_
     slurm.queue_text = f"7|PENDING||BeginTime|{start}|(null)|{runtime.BEACONS_COMMENT_PREFIX}{beacons}\n"
     agent.once()
     assert ("scontrol", "update", "JobId=7", "StartTime=now") in slurm.commands
+    assert slurm.updates[-1] == ("n2", "RESUME", "")
     events = [json.loads(line)["event"] for line in log.read_text().splitlines()]
-    assert events == ["marked_down", "let_go", "released"]
+    assert events == ["marked_down", "requeued", "let_go", "returned", "released"]
     assert [event.event for event in agent_module.read_agent_log(log)] == events
 
 

@@ -167,7 +167,7 @@ def test_multi_node_nccom_test_runs_once_with_every_host(fake_slurm) -> None:
     assert result.returncode == 0, result.stderr
     root, *argv = (fake_slurm.log / "nccom").read_text().splitlines()
     assert argv[-3:] == ["--hosts", "node-3", "node-4"]
-    assert root == f"node-3:{rendezvous_port(42, 'train-a')}"  # the port torchrun's rendezvous would use
+    assert root == f"node-3:{rendezvous_port(42, 'train-a', attempt=1)}"  # torchrun's port, once requeued
 
 
 @pytest.mark.parametrize("instance,nodes,image", [("p5", 4, None), ("p4d", 2, "/fsx/images/nccl.sqsh"),
