@@ -48,6 +48,8 @@ _QUEUE_FORMAT = "%A|%T|%B|%r|%S|%N|%k"  # the comment last: it may hold the sepa
 # can be refused by slurmd (seen once under load: a job released at once after its requeue ended FAILED at its start).
 REVOCATION_MARGIN_S = 3
 LINGER_REASON = "clusterkit agent: back in service once it has let go of job"
+# What Slurm itself drains such a node for meanwhile, when the stale step outlasts UnkillableStepTimeout.
+UNKILLABLE_REASON = "Kill task failed"
 # A step daemon tries its dead parent this many times (Slurm's REVERSE_TREE_PARENT_RETRY, 5, and the first), each up
 # to MessageTimeout, before it reports to the controller and ends.
 PARENT_TRIES = 6
@@ -264,7 +266,8 @@ class Agent:
             self.marked[key] = time.monotonic()  # look again after another grace, not every loop
 
     def _return_held_back(self) -> None:
-        """RESUME the nodes let go of a job once their stale step daemon is gone, if still drained for that."""
+        """RESUME the nodes let go of a job once their stale step daemon is gone, if still drained for that (by us,
+        or by Slurm for the same stale step)."""
         due = [node for node, when in self.held_back.items() if time.monotonic() >= when]
         if not due:
             return
@@ -272,7 +275,7 @@ class Agent:
         for node in due:
             del self.held_back[node]
             info = states.get(node)
-            if info is not None and info.reason.startswith(LINGER_REASON):
+            if info is not None and info.reason.startswith((LINGER_REASON, UNKILLABLE_REASON)):
                 self.slurm.update_node(node, "RESUME")
                 self.record("returned", job="", node=node, evidence="its stale step daemon has given up")
 

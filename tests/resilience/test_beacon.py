@@ -185,8 +185,15 @@ def test_the_agent_marks_a_silent_batch_host_down_then_lets_go_and_releases_the_
     agent.once()
     assert ("scontrol", "update", "JobId=7", "StartTime=now") in slurm.commands
     assert slurm.updates[-1] == ("n2", "RESUME", "")
+    agent.held_back["n2"] = 0.0  # Slurm drained it itself meanwhile, for the same stale step: it returns too
+    slurm.drained_reason = "Kill task failed"
+    agent.once()
+    agent.held_back["n2"] = 0.0  # drained by someone for something else: left alone
+    slurm.drained_reason = "admin: bad DIMM"
+    agent.once()
+    assert [update for update in slurm.updates if update[1] == "RESUME"][-2:] == [("n2", "RESUME", "")] * 2
     events = [json.loads(line)["event"] for line in log.read_text().splitlines()]
-    assert events == ["marked_down", "requeued", "let_go", "returned", "released"]
+    assert events == ["marked_down", "requeued", "let_go", "returned", "released", "returned"]
     assert [event.event for event in agent_module.read_agent_log(log)] == events
 
 
