@@ -33,6 +33,7 @@ TORCH_SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 STATE_DIR_NAME = ".clusterkit"
 SUPERVISOR_STATE_FILE = "supervisor.json"
 DECISIONS_FILE = "decisions.jsonl"
+TRIES_FILE = "tries.jsonl"  # each try of the step: when it started and ended, where its steps went
 HEARTBEATS_DIR_NAME = "heartbeats"
 BEACONS_DIR_NAME = "beacons"  # one liveness beacon per node of the allocation (resilience/beacon.py)
 # The job's Slurm comment that shows a cluster-level agent where the job's beacons are (the batch host's is the one

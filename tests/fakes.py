@@ -33,6 +33,7 @@ class ScriptedSlurm:
         self.drained: list[tuple[str, str]] = []
         self.requeued: list[str] = []
         self.seconds_left: float | None = None  # before the job's time limit; None: no limit
+        self.node_states: dict[str, tuple[str, str]] = {}  # node -> (sinfo's state, reason); else allocated
 
     # ----- jobs -----
     def queue(self) -> dict[str, str]:
@@ -66,7 +67,8 @@ class ScriptedSlurm:
         return list(self.node_names)
 
     def nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(name, "alloc", 2, "", "") for name in self.node_names]
+        return [NodeInfo(name, *self.node_states.get(name, ("alloc", ""))[:1], 2, "",
+                         self.node_states.get(name, ("alloc", ""))[1]) for name in self.node_names]
 
     def update_node(self, node: str, state: str, reason: str = "") -> None:
         self.drained.append((node, reason))

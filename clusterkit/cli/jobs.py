@@ -117,8 +117,14 @@ def job_status(args: argparse.Namespace) -> int:
         return 0
     print(f"job {status.job_id} on {status.cluster}: {status.state}")
     if status.attempts:
-        rows = [attempt.to_dict() for attempt in status.attempts]
+        rows = [{key: value for key, value in attempt.to_dict().items() if key != "recoveries"}
+                for attempt in status.attempts]
         print_table(list(rows[0]), [list(row.values()) for row in rows])
+    recoveries = [(attempt.attempt, recovery) for attempt in status.attempts for recovery in attempt.recoveries]
+    if recoveries:
+        print("recoveries:")
+        for attempt, recovery in recoveries:
+            print(f"  attempt {attempt}, {recovery.describe()}")
     return 0
 
 

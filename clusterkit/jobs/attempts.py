@@ -11,18 +11,22 @@ supervised jobs) records each decision in the run's `decisions.jsonl`, keyed by 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit import runtime
+from clusterkit.jobs.recoveries import Recovery, Try, explain, parse_tries
 from clusterkit.jobs.tracking import is_final
 from clusterkit.lean_dataclass import lean_dataclass
+from clusterkit.providers import base
 from clusterkit.slurm import AccountingRecord
 from clusterkit.transport import LOCAL, Transport, read_bytes
 
 if TYPE_CHECKING:
     from clusterkit.jobs.records import JobRecord
+    from clusterkit.providers.base import Replacement
 
 IN_PROGRESS_STATES = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUE_HOLD",
                       "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT")
@@ -43,8 +47,8 @@ class Attempt:
     start: str
     end: str
     classification: str
-    # The supervisor's relaunches of the step inside this attempt's allocation (spare nodes), in order.
-    recoveries: str = ""
+    # The node failures that ended or interrupted this attempt and how the run recovered from each (jobs.recoveries).
+    recoveries: tuple[Recovery, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,6 +60,14 @@ def decisions(record: JobRecord | None, transport: Transport = LOCAL) -> list[di
         return []
     data = read_bytes(transport, Path(record.run_state_dir) / runtime.DECISIONS_FILE)
     return runtime.parse_decisions(data) if data else []
+
+
+def tries(record: JobRecord | None, transport: Transport = LOCAL) -> list[Try]:
+    """The supervisor's record of each try of the step (all attempts of its run), wherever its run is."""
+    if record is None or not record.run_state_dir:
+        return []
+    data = read_bytes(transport, Path(record.run_state_dir) / runtime.TRIES_FILE)
+    return parse_tries(runtime.parse_decisions(data)) if data else []
 
 
 def run_state(job_id: str, state: str, made: list[dict[str, Any]]) -> str:
@@ -101,32 +113,16 @@ def classify(state: str, attempt_id: str, made: list[dict[str, Any]], pending_re
     return _BY_SLURM_STATE.get(state, state.lower())
 
 
-def recoveries(attempt_id: str, made: list[dict[str, Any]]) -> str:
-    """The node failures the supervisor acted on in an attempt: the nodes, whether they were marked DOWN (gone) or
-    drained (sick), the evidence, and what followed (the step relaunched on spares, or the job requeued); '' without
-    one."""
-    told = []
-    for d in made:
-        if d.get("attempt") != attempt_id or d.get("decision") != runtime.NODE_FAILURE:
-            continue
-        nodes = ",".join(map(str, d.get("nodes", [])))
-        down = ",".join(map(str, d.get("marked_down", [])))
-        drained = ",".join(node for node in map(str, d.get("nodes", [])) if node not in d.get("marked_down", []))
-        what = "; ".join(part for part in (f"{down} marked DOWN" if down else "",
-                                            f"{drained} drained" if drained else "") if part) or "node failure"
-        if d.get("action") == runtime.RELAUNCH:
-            then = f"relaunched on {','.join(map(str, d.get('relaunched_on', [])))}"
-        else:
-            then = "requeued" if nodes else "Slurm requeued the job"
-        told.append(f"{what} ({d.get('evidence', '')}); {then} at {d.get('time', '?')}")
-    return " | ".join(told)
-
-
 def merge_attempts(job_id: str, accounting: list[AccountingRecord], controller: dict[str, str],
-                   made: list[dict[str, Any]], replacing: tuple[str, ...] = ()) -> list[Attempt]:
+                   made: list[dict[str, Any]], replacements: Mapping[str, Replacement] | None = None,
+                   tries: list[Try] | None = None) -> list[Attempt]:
     """Every attempt of `job_id` from accounting, the controller's view (`scontrol show job`, empty once
     it forgot the job) and the supervisor's decisions; attempts only some of them know still show.
-    `replacing`: the nodes the cluster is replacing now (its provider knows), named in a pending reason."""
+    `replacements`: the cluster's node replacements (its provider knows): one in progress is named in a pending
+    reason; `tries`: the supervisor's record of each try of the step; with both, each node failure is explained
+    (jobs.recoveries)."""
+    replacements = replacements or {}
+    replacing = base.replacing(replacements)
     # A --no-kill job that lost a node, or was shrunk, has a RESIZING record for its part before the resize: the
     # same attempt, not one of its own.
     accounting = [record for record in accounting if record.base_state != "RESIZING"]
@@ -151,18 +147,19 @@ def merge_attempts(job_id: str, accounting: list[AccountingRecord], controller: 
         slots[restarts] = AccountingRecord(job_id, controller.get("JobName", ""), controller.get("JobState", ""),
                                            controller.get("ExitCode", ""), controller.get("NodeList", ""),
                                            controller.get("StartTime", ""), controller.get("EndTime", ""))
+    ends = {f"{job_id}.{index}": record.end for index, record in enumerate(slots) if record is not None}
+    explained = explain(job_id, made, tries or [], replacements, ends)
     merged = []
     for index, record in enumerate(slots):
         attempt_id = f"{job_id}.{index}"
+        mine = tuple(recovery for recovery in explained if recovery.attempt == index)
         if record is None:
             merged.append(Attempt(index, NOT_IN_ACCOUNTING, "", "", "", "", classify(NOT_IN_ACCOUNTING, attempt_id,
-                                                                                       made),
-                                  recoveries(attempt_id, made)))
+                                                                                       made), mine))
         else:
             reason = pending_reason(controller) if index == restarts else ""
             merged.append(Attempt(index, record.state, record.exit_code, record.node_list, record.start, record.end,
-                                  classify(record.base_state, attempt_id, made, reason, replacing),
-                                  recoveries(attempt_id, made)))
+                                  classify(record.base_state, attempt_id, made, reason, replacing), mine))
     return merged
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import ClusterkitError, NotFound
-from clusterkit.jobs.attempts import Attempt, decisions, merge_attempts, run_state
+from clusterkit.jobs.attempts import Attempt, decisions, merge_attempts, run_state, tries
 from clusterkit.jobs.tracking import JobTracker, by_job, is_final, state_of
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.slurm import AccountingRecord, SlurmCommandError, checked_job_id
@@ -87,7 +87,7 @@ class JobHandle:
 
         made = decisions(self.record, self.transport)
         merged = merge_attempts(self.job_id, accounting.get(self.job_id, []), poll.details, made,
-                                open_cluster(self.cluster).replacing())
+                                open_cluster(self.cluster).replacements(), tries(self.record, self.transport))
         state = run_state(self.job_id, state_of(self.job_id, poll.queue, accounting), made)
         return JobStatus(self.job_id, self.cluster, state, str(self.stdout_path) if self.stdout_path else None,
                          tuple(merged))

@@ -34,6 +34,27 @@ def quiet(_: str) -> None:
 
 
 @lean_dataclass(frozen=True)
+class Replacement:
+    """The latest replacement of one node: `booting` until its fresh node serves, then `ready`."""
+
+    node: str
+    state: str
+    terminated_at: str  # ISO 8601 times, UTC
+    ready_by: str  # when the boot is expected to end
+    ready_at: str | None = None
+    replaced_because: str = ""  # the state and reason that made it unhealthy
+
+    @property
+    def in_progress(self) -> bool:
+        return self.state == "booting"
+
+
+def replacing(replacements: dict[str, Replacement]) -> tuple[str, ...]:
+    """The nodes whose replacement is still in progress, sorted."""
+    return tuple(sorted(node for node, replacement in replacements.items() if replacement.in_progress))
+
+
+@lean_dataclass(frozen=True)
 class DeletionPlan:
     """What deleting a cluster removes and what it leaves; `confirm`: a person should agree first;
     `storage_deleted`: shared storage (and its files) among `deletes`, which a delete removes only
@@ -137,9 +158,10 @@ class Cluster(Protocol):
         the nodes are no EC2 type clusterkit knows (a local cluster)."""
         ...
 
-    def replacing(self) -> tuple[str, ...]:
-        """The nodes this cluster is replacing now, for `status` to say what a pending job waits for;
-        empty where clusterkit cannot see replacements (ParallelCluster's clustermgtd keeps its own)."""
+    def replacements(self) -> dict[str, Replacement]:
+        """Each node's latest replacement (booting or ready), for `status` to say what a pending job waits for and
+        when a failed node's replacement was ready; empty where clusterkit cannot see replacements
+        (ParallelCluster's clustermgtd keeps its own)."""
         ...
 
     def resize(self, queue: str, max_count: int, min_count: int | None = None, compute_resource: str | None = None,

@@ -13,7 +13,7 @@ from dataclasses import field
 from clusterkit import registry
 from clusterkit.errors import ClusterkitError
 from clusterkit.lean_dataclass import lean_dataclass
-from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, ResizeResult, quiet, slurm_nodes
+from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, Replacement, ResizeResult, quiet, slurm_nodes
 from clusterkit.registry import ClusterRecord, JsonObject
 from clusterkit.slurm import Slurm
 from clusterkit.transport import LOCAL, SshTarget, SshTransport, Transport
@@ -84,8 +84,8 @@ class ExistingCluster:
     def python(self) -> str:
         return self.state.python
 
-    def replacing(self) -> tuple[str, ...]:
-        return ()  # a cluster clusterkit did not make replaces nodes its own way, if at all
+    def replacements(self) -> dict[str, Replacement]:
+        return {}  # a cluster clusterkit did not make replaces nodes its own way, if at all
 
     def describe(self) -> ClusterInfo:
         slurm = self.slurm()

@@ -28,6 +28,7 @@ import copy
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -56,6 +57,7 @@ from clusterkit.resilience.checkpoint_manifest import (
     verify_files,
 )
 from clusterkit.resilience.checksums import Checksum, ChecksumAlgorithm, algorithm_for
+from clusterkit.resilience.heartbeat import resumed as record_resume
 from clusterkit.resilience.retention import Retention
 
 log = logging.getLogger(__name__)
@@ -239,6 +241,7 @@ class CheckpointManager:
         topology = self._topology(self._process_group)
         rank = topology.rank if rank is None else rank
         agree = topology.use_collectives and topology.world_size > 1
+        started = time.monotonic()
         for checkpoint in self._candidates("size"):
             state, problem, fatal = None, None, None
             try:
@@ -263,6 +266,7 @@ class CheckpointManager:
                 problem = next((f"rank {r}: {p or f'saw step {s}'}" for r, (s, p, _) in enumerate(verdicts)
                                 if p or s != checkpoint.step), None)
             if problem is None:
+                record_resume(checkpoint.step, time.monotonic() - started)  # for status and the goodput ledger
                 return checkpoint, state
             log.warning("skipping checkpoint %s: %s", checkpoint.path, problem)
         return None

@@ -8,6 +8,10 @@ when training has filled the disk; and no fsync, because a heartbeat only has to
 processes, not survive a power cut. A beat that cannot be written is logged (once per kind of error)
 and tried again at the next call: a heartbeat never raises into the training loop.
 
+Where a try's time went is kept beside the beats, for `status` and the goodput ledger: a rank's first beat of the
+process also goes to `rank-00003.first` (once), and a resume from a checkpoint writes `rank-00003.resumed` ("STEP
+LOAD_SECONDS UNIX_TIME"); `read_try()` sums a try's directory up.
+
 The other direction: on the warning before a time limit or a preemption the job (its batch script or the
 supervisor) writes a stop request, and `stop_requested()` tells the training loop, which saves and exits 0.
 A request reaches the ranks before any signal reaches torchrun, whose own window between its SIGTERM and its
@@ -28,6 +32,8 @@ from clusterkit.runtime import HEARTBEAT_DIR_ENV, LISTENING_SUFFIX, STOP_FILE_EN
 DEFAULT_MIN_INTERVAL_S = 5.0
 STOP_POLL_S = 1.0  # stop_requested() looks at the request at most this often
 BEAT_BYTES = 128  # one beat, padded: node names are at most 64 characters in Slurm
+FIRST_SUFFIX = ".first"  # a rank's first beat of its process
+RESUMED_SUFFIX = ".resumed"  # the checkpoint a rank resumed from
 
 log = logging.getLogger(__name__)
 _last_write: dict[Path, float] = {}
@@ -70,8 +76,27 @@ def heartbeat(step: int, *, min_interval_s: float = DEFAULT_MIN_INTERVAL_S, done
     except OSError as error:
         _report(error, path, "training goes on and the next beat tries again")
         return False
+    if last is None:  # the process's first beat: when the try began to make progress
+        _write_once(path.with_suffix(FIRST_SUFFIX), line)
     _last_write[path] = now
     return True
+
+
+def resumed(step: int, load_seconds: float) -> None:
+    """Record that this rank resumed from the checkpoint of `step`, loaded in `load_seconds` (CheckpointManager's
+    resume() calls it). A no-op outside a supervised step; never raises."""
+    directory = os.environ.get(HEARTBEAT_DIR_ENV)
+    if directory:
+        path = Path(directory) / f"rank-{current_rank():05d}{RESUMED_SUFFIX}"
+        _write_once(path, f"{step} {load_seconds:.3f} {time.time():.3f}\n")
+
+
+def _write_once(path: Path, line: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(line)
+    except OSError as error:
+        _report(error, path, "training goes on; status shows less of where this try's time went")
 
 
 def stop_requested(*, min_interval_s: float = STOP_POLL_S) -> bool:
@@ -128,10 +153,14 @@ def _report(error: OSError, path: Path, consequence: str) -> None:
 
 def read_heartbeats(directory: str | os.PathLike[str]) -> dict[int, Beat]:
     """Map each rank with a heartbeat file under `directory` to its (step, unix time, node)."""
+    return _read_beats(Path(directory), ".hb")
+
+
+def _read_beats(directory: Path, suffix: str) -> dict[int, Beat]:
     beats: dict[int, Beat] = {}
-    for path in Path(directory).glob("rank-*.hb"):
+    for path in directory.glob(f"rank-*{suffix}"):
         try:
-            rank = int(path.stem.removeprefix("rank-"))
+            rank = int(path.name[len("rank-"):-len(suffix)])
             fields = path.read_text().split()  # a torn or foreign file fails here
             if len(fields) == 3:
                 beats[rank] = Beat(int(fields[0]), float(fields[1]), fields[2])
@@ -140,6 +169,41 @@ def read_heartbeats(directory: str | os.PathLike[str]) -> dict[int, Beat]:
         except (OSError, ValueError):
             continue  # vanished or not ours; a supervisor treats it as no heartbeat
     return beats
+
+
+class TryProgress(NamedTuple):
+    """What a try's heartbeat directory tells of it; None where its ranks did not say."""
+
+    first_step: int | None = None  # the first step any rank reached, and when
+    first_time: float | None = None
+    resumed_from: int | None = None  # the checkpoint's step the ranks resumed from (rank 0's, else any rank's)
+    load_seconds: float | None = None
+    last_step: int | None = None  # the furthest step any rank reported, and when its beat was written
+    last_time: float | None = None
+
+
+def read_try(directory: str | os.PathLike[str]) -> TryProgress:
+    """A try's progress from its heartbeat directory: first beats, the resume and the last beats of its ranks."""
+    firsts = list(_read_beats(Path(directory), FIRST_SUFFIX).values())
+    resumes = _read_resumes(Path(directory))
+    lasts = list(read_heartbeats(directory).values())
+    first = min(firsts, key=lambda beat: beat.time, default=None)
+    last = max(lasts, key=lambda beat: (beat.step, beat.time), default=None)
+    resume = resumes.get(0) or next(iter(resumes.values()), None)
+    return TryProgress(first.step if first else None, first.time if first else None,
+                       resume[0] if resume else None, resume[1] if resume else None,
+                       last.step if last else None, last.time if last else None)
+
+
+def _read_resumes(directory: Path) -> dict[int, tuple[int, float]]:
+    found: dict[int, tuple[int, float]] = {}
+    for path in directory.glob(f"rank-*{RESUMED_SUFFIX}"):
+        try:
+            step, seconds, _ = path.read_text().split()
+            found[int(path.name[len("rank-"):-len(RESUMED_SUFFIX)])] = (int(step), float(seconds))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def every_rank_done(beats: dict[int, Beat]) -> bool:

@@ -1,11 +1,12 @@
 """The supervisor's memory of a run, kept in space reserved up front so that a full disk cannot stop it.
 
 The state directory usually sits on the same file system as the checkpoints. When training fills that
-file system, the supervisor must still record what happened and why it stopped, so its two files are
+file system, the supervisor must still record what happened and why it stopped, so its files are
 allocated when the run starts and are then only overwritten in place (no new blocks, no rename):
 
     supervisor.json   the budgets (JSON, padded with spaces to its reserved size)
     decisions.jsonl   one JSON line per decision, then NUL padding up to the reserved size
+    tries.jsonl       one JSON line when a try of the step starts and one when it ends (its progress), padded alike
 
 Readers strip the padding (`clusterkit.runtime.read_decisions`). A write that still fails (the reservation itself could
 not be made, or it is used up) is reported on stderr, which Slurm keeps in the job's log.
@@ -26,6 +27,7 @@ from clusterkit.lean_dataclass import lean_dataclass
 
 STATE_BYTES = 16 << 10
 DECISIONS_BYTES = 256 << 10
+TRIES_BYTES = 256 << 10
 KEEP_ATTEMPTS = 50  # attempts_seen is only asked "was this one seen" and "which was the last"
 
 
@@ -75,12 +77,14 @@ class RunState:
         self.directory = directory
         self.state_path = directory / runtime.SUPERVISOR_STATE_FILE
         self.decisions_path = directory / runtime.DECISIONS_FILE
+        self.tries_path = directory / runtime.TRIES_FILE
 
     def open(self) -> None:
-        """Make the directory and reserve the two files (files of an older run grow on their next write)."""
+        """Make the directory and reserve the files (files of an older run grow on their next write)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         reserve(self.state_path, STATE_BYTES)
         reserve(self.decisions_path, DECISIONS_BYTES)
+        reserve(self.tries_path, TRIES_BYTES)
 
     def load(self) -> Budget:
         try:
@@ -96,19 +100,31 @@ class RunState:
         return self._write_in_place(self.state_path, data.ljust(STATE_BYTES - 1) + b"\n", 0)
 
     def append(self, entry: dict[str, Any]) -> bool:
+        """Append a decision to decisions.jsonl."""
+        return self._append(self.decisions_path, entry, DECISIONS_BYTES)
+
+    def append_try(self, entry: dict[str, Any]) -> bool:
+        """Append a try's start or end to tries.jsonl (reserved here where an older run's state lacks it)."""
+        try:
+            reserve(self.tries_path, TRIES_BYTES)
+        except OSError as error:
+            return _say(f"cannot reserve {self.tries_path}: {error.strerror or error}")
+        return self._append(self.tries_path, entry, TRIES_BYTES)
+
+    def _append(self, path: Path, entry: dict[str, Any], reservation: int) -> bool:
         line = (json.dumps(entry) + "\n").encode()
         try:
-            with open(self.decisions_path, "rb") as stream:
+            with open(path, "rb") as stream:
                 end = len(stream.read().rstrip(b"\0"))
         except OSError as error:
-            return _say(f"cannot read {self.decisions_path}: {error.strerror or error}")
-        if end + len(line) > os.path.getsize(self.decisions_path):
+            return _say(f"cannot read {path}: {error.strerror or error}")
+        if end + len(line) > os.path.getsize(path):
             # The reservation is used up: grow it (which may fail on a full disk, and is then said).
             try:
-                reserve_more(self.decisions_path, DECISIONS_BYTES)
+                reserve_more(path, reservation)
             except OSError as error:
-                return _say(f"cannot grow {self.decisions_path}: {error.strerror or error}")
-        return self._write_in_place(self.decisions_path, line, end)
+                return _say(f"cannot grow {path}: {error.strerror or error}")
+        return self._write_in_place(path, line, end)
 
     @staticmethod
     def _write_in_place(path: Path, data: bytes, offset: int) -> bool:

@@ -60,11 +60,12 @@ from pathlib import Path
 from clusterkit import runtime
 from clusterkit.errors import ClusterkitError
 from clusterkit.resilience import beacon, decisions
+from clusterkit.resilience.agent import LINGER_REASON
 from clusterkit.resilience.checkpoint_layout import step_dirs
 from clusterkit.resilience.decisions import Action, Bound, Decision, Health, Kind, NodeEvidence, Outcome
-from clusterkit.resilience.heartbeat import every_rank_done, read_heartbeats
+from clusterkit.resilience.heartbeat import every_rank_done, read_heartbeats, read_try
 from clusterkit.resilience.run_state import Budget, RunState
-from clusterkit.slurm import Slurm
+from clusterkit.slurm import AccountingRecord, Slurm
 
 STOP_GRACE_S = 20.0  # SIGTERM to SIGKILL when nothing says how long there is
 REQUEUE_WAIT_S = 60.0  # after our requeue, for Slurm's SIGTERM to this script
@@ -112,7 +113,7 @@ class Supervisor:
     # ----- decisions ------------------------------------------------------------------------------
     def record(self, kind: Kind, evidence: str, attempt: str | None = None, **details: object) -> None:
         """Print a decision and append it, with its evidence, to decisions.jsonl."""
-        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "job_id": self.job_id,
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "unix": round(time.time(), 3), "job_id": self.job_id,
                  "attempt": attempt or self.attempt, "decision": kind.value, "evidence": evidence, **details}
         print(f"clusterkit supervisor: {kind.value}: {evidence}", file=sys.stderr, flush=True)
         self.run_state.append(entry)
@@ -181,26 +182,46 @@ class Supervisor:
             print(f"clusterkit supervisor: attempt {previous} ended with {made[-1].get('decision')}; the run goes on "
                   f"in attempt {self.attempt}", file=sys.stderr, flush=True)
             return True
-        state = self._slurm_state_of(previous)
+        record = self._slurm_record_of(previous)
+        state = record.base_state if record else ""
         bound = _ENDED_BY_SLURM.get(state, Bound.FAILURES)
         again = ("Slurm requeued the job" if previous.partition(".")[0] == self.job_id
                  else f"the run was resubmitted as job {self.job_id}")
         why = f"attempt {previous} ended {state or 'without a record'} and {again}"
         if bound is Bound.FAILURES:
-            self.record(Kind.NODE_FAILURE if state in ("NODE_FAIL", "BOOT_FAIL") else Kind.TERMINATED, why,
-                        attempt=previous, slurm_state=state)
+            node_failure = state in ("NODE_FAIL", "BOOT_FAIL")
+            marked = self._marked_nodes(record.node_list) if record and node_failure else {}
+            details: dict[str, object] = {"slurm_state": state}
+            if marked:
+                # Who found the node (the cluster agent, for a batch host) said why in its reason: status shows it.
+                why += "; " + "; ".join(f"{node}: {reason}" for node, (_, reason) in marked.items())
+                details.update(nodes=sorted(marked), marked_down=sorted(node for node, (state_, _) in marked.items()
+                                                                        if state_ == "down"))
+            self.record(Kind.NODE_FAILURE if node_failure else Kind.TERMINATED, why, attempt=previous, **details)
         return self.spend(budget, bound, why)
 
-    def _slurm_state_of(self, attempt: str) -> str:
+    def _slurm_record_of(self, attempt: str) -> AccountingRecord | None:
         job_id, _, restart = attempt.partition(".")
         try:
             records = self.slurm.accounting([job_id])
         except Exception as error:  # no accounting: count it as a failure, the safe side
             print(f"clusterkit supervisor: sacct failed: {error}", file=sys.stderr)
-            return ""
+            return None
         if job_id == self.job_id and restart.isdigit() and int(restart) < len(records):
-            return records[int(restart)].base_state
-        return records[-1].base_state if records else ""
+            return records[int(restart)]
+        return records[-1] if records else None
+
+    def _marked_nodes(self, node_list: str) -> dict[str, tuple[str, str]]:
+        """Node -> (state, reason) for those of `node_list` that clusterkit (supervisor or agent) marked down or
+        drained and that still say so."""
+        try:
+            wanted = set(self.slurm.hostnames(node_list)) if node_list else set()
+            return {node.name: (node.base_state, node.reason) for node in self.slurm.nodes()
+                    if node.name in wanted and node.reason.startswith("clusterkit")
+                    and not node.reason.startswith(LINGER_REASON) and node.base_state in ("down", "drain", "fail")}
+        except Exception as error:  # the evidence is a nicety: the controller not answering changes nothing
+            print(f"clusterkit supervisor: could not read the nodes' reasons: {error}", file=sys.stderr)
+            return {}
 
     # ----- checkpoint storage ---------------------------------------------------------------------
     def storage_full(self) -> str:
@@ -354,9 +375,13 @@ class Supervisor:
         print(f"clusterkit supervisor: starting the step (attempt {self.attempt}, try {try_number}) on "
               f"{','.join(nodes)} at {time.time():.3f}", file=sys.stderr, flush=True)
         output_start = _output_end()
+        self.run_state.append_try({"attempt": self.attempt, "try": try_number, "event": "started",
+                                   "time": round(time.time(), 3), "nodes": list(nodes)})
         process = subprocess.Popen(self.step, env=env, start_new_session=True)
         watched = tuple(node for node in (*nodes, *spares) if node != self.own_node)
         outcome = self._watch(process, heartbeats, precheck, watched)
+        self.run_state.append_try({"attempt": self.attempt, "try": try_number, "event": "ended",
+                                   "time": round(time.time(), 3), **read_try(heartbeats)._asdict()})
         return dataclasses.replace(
             outcome, nodes=tuple(nodes), spares=spares, finished=every_rank_done(read_heartbeats(heartbeats)),
             log_tail=_output_since(output_start) if outcome.exit_code else "",
@@ -542,6 +567,7 @@ class Supervisor:
                   file=sys.stderr, flush=True)
             return 1
         budget = self.run_state.load()
+        self.end_orphaned_tries()
         completed_in = self._completed_attempt()
         if completed_in:
             # Requeued after it completed (a warning or a requeue that came too late): starting the step again
@@ -605,6 +631,20 @@ class Supervisor:
             return checker.submit(self.unhealthy_nodes, nodes)
         finally:
             checker.shutdown(wait=False)
+
+    def end_orphaned_tries(self) -> None:
+        """Record the end of earlier attempts' tries whose supervisor died with its node (the batch host): what their
+        heartbeats say, without an end time (the last beat's is the best there is)."""
+        started, ended = set(), set()
+        for entry in runtime.read_decisions(self.run_state.tries_path):
+            key = (str(entry.get("attempt", "")), entry.get("try"))
+            (started if entry.get("event") == "started" else ended).add(key)
+        for attempt, try_number in sorted(started - ended, key=str):
+            if attempt == self.attempt:
+                continue
+            heartbeats = self.state_dir / runtime.HEARTBEATS_DIR_NAME / f"{attempt}.{try_number}"
+            self.run_state.append_try({"attempt": attempt, "try": try_number, "event": "ended", "time": None,
+                                       **read_try(heartbeats)._asdict()})
 
     def _completed_attempt(self) -> str:
         """An earlier attempt of this job that completed the run, else ''."""

@@ -128,7 +128,11 @@ def test_a_relaunch_on_a_spare_is_one_attempt_that_names_its_recovery() -> None:
     merged = merge_attempts("9", [record("RESIZING", "T1", "n[1-3]"), record("COMPLETED", "T1", "n[1,3]")],
                             controller("COMPLETED", 0, "T1"), made)
     assert summary(merged) == [(0, "COMPLETED", "completed")]
-    assert merged[0].recoveries == "n2 drained (step exited 1; Slurm reports n2 down*); relaunched on n1,n3 at T5"
+    [recovery] = merged[0].recoveries
+    assert (recovery.action, recovery.relaunched_on, recovery.drained, recovery.seen_at) == (
+        "relaunched", ("n1", "n3"), ("n2",), "T5")
+    assert recovery.describe() == "T5: n2 drained (step exited 1; Slurm reports n2 down*); relaunched on n1,n3; " \
+                                  "not resumed yet"
 
 
 def test_each_node_failure_says_whether_the_node_was_marked_down_or_drained_and_what_followed() -> None:
@@ -139,7 +143,93 @@ def test_each_node_failure_says_whether_the_node_was_marked_down_or_drained_and_
             {"attempt": "9.1", "decision": "completed", "evidence": "step exited 0 on n3,n4"}]
     merged = merge_attempts("9", [record("NODE_FAIL", "T1", "n[1-2]"), record("COMPLETED", "T10", "n[3-4]")],
                             controller("COMPLETED", 1, "T10"), made)
-    assert merged[0].recoveries == (
-        "n2 marked DOWN; n1 drained (n2's liveness beacon silent for 4 s; n1: EFA 2 of 4); requeued at T5 | "
-        "node failure (attempt 9.0 ended NODE_FAIL and Slurm requeued the job); Slurm requeued the job at T9")
-    assert merged[1].recoveries == ""
+    first, second = merged[0].recoveries
+    assert (first.marked_down, first.drained, first.action) == (("n2",), ("n1",), "requeued")
+    assert first.describe().startswith("T5: n2 marked DOWN; n1 drained (n2's liveness beacon silent for 4 s; n1: "
+                                       "EFA 2 of 4); requeued")
+    assert second.describe().startswith("T9: node failure (attempt 9.0 ended NODE_FAIL and Slurm requeued the job)")
+    assert merged[1].recoveries == ()
+
+
+FAULT_AT = 1_800_000_000.0  # the failure seen (a unix time); the tries around it in seconds from there
+
+
+def a_try(attempt: str, number: int, started: float, ended: float | None, first: tuple[int, float] | None,
+          last: tuple[int, float] | None, resumed_from: int | None = None) -> list[dict]:
+    """tries.jsonl's two lines for one try, as the supervisor writes them."""
+    lines = [{"attempt": attempt, "try": number, "event": "started", "time": FAULT_AT + started, "nodes": ["n1"]}]
+    lines.append({"attempt": attempt, "try": number, "event": "ended",
+                  "time": None if ended is None else FAULT_AT + ended,
+                  "first_step": first[0] if first else None, "first_time": FAULT_AT + first[1] if first else None,
+                  "resumed_from": resumed_from, "load_seconds": 0.2 if resumed_from is not None else None,
+                  "last_step": last[0] if last else None, "last_time": FAULT_AT + last[1] if last else None})
+    return lines
+
+
+def test_a_recovery_says_when_training_went_on_from_which_step_and_how_many_steps_were_lost() -> None:
+    from clusterkit.jobs.recoveries import parse_tries
+    from clusterkit.providers.base import Replacement
+
+    made = [{"attempt": "9.0", "decision": "node_failure", "nodes": ["n2"], "marked_down": ["n2"],
+             "evidence": "n2's liveness beacon silent for 4 s", "time": "2027-01-15T08:00:00+0000", "unix": FAULT_AT},
+            {"attempt": "9.1", "decision": "completed", "evidence": "step exited 0"}]
+    tries = parse_tries([*a_try("9.0", 0, -60, -0.5, (1, -55), (25, -6)),
+                         *a_try("9.1", 0, 70, 120, (21, 78), (40, 119), resumed_from=20)])
+    replaced = {"n2": Replacement("n2", "ready", _iso(FAULT_AT + 5), _iso(FAULT_AT + 65), _iso(FAULT_AT + 66))}
+    merged = merge_attempts("9", [record("NODE_FAIL", "T1"), record("COMPLETED", "T10")],
+                            controller("COMPLETED", 1, "T10"), made, replaced, tries)
+    [recovery] = merged[0].recoveries
+    assert (recovery.resumed_from_step, recovery.last_step_before, recovery.steps_lost) == (20, 25, 5)
+    assert recovery.seconds_to_resume == 78.0
+    assert recovery.replacement_ready_at == _iso(FAULT_AT + 66)
+    assert recovery.describe().endswith("; requeued; replacement ready " + _clock(FAULT_AT + 66) + "; resumed "
+                                        + _clock(FAULT_AT + 78) + " (+78 s) from step 20; 5 steps lost")
+    # A replacement from before the failed try is another story.
+    older = {"n2": Replacement("n2", "ready", _iso(FAULT_AT - 300), _iso(FAULT_AT - 240), _iso(FAULT_AT - 239))}
+    [unrelated] = merge_attempts("9", [record("NODE_FAIL", "T1"), record("COMPLETED", "T10")],
+                                 controller("COMPLETED", 1, "T10"), made, older, tries)[0].recoveries
+    assert unrelated.replacement_ready_at is None
+
+
+def test_a_failure_slurm_ended_is_seen_when_the_attempt_ended_and_a_booting_replacement_is_waited_for() -> None:
+    from clusterkit.jobs.recoveries import parse_tries
+    from clusterkit.providers.base import Replacement
+
+    # The batch host died with its supervisor: the next attempt recorded the failure when it started, and the
+    # try it was running never wrote its end.
+    made = [{"attempt": "9.0", "decision": "node_failure", "nodes": ["n1"], "marked_down": ["n1"],
+             "slurm_state": "NODE_FAIL", "evidence": "attempt 9.0 ended NODE_FAIL and Slurm requeued the job; n1: "
+             "clusterkit agent: n1's liveness beacon silent", "time": "2027-01-15T08:01:30+0000",
+             "unix": FAULT_AT + 90}]
+    tries = parse_tries([*a_try("9.0", 0, -60, None, (1, -55), (12, -3)),
+                         *a_try("9.1", 0, 91, None, (11, 99), (14, 101), resumed_from=10)])
+    ended = AccountingRecord("9", "train", "NODE_FAIL", "0:0", "n[1-2]", "T1", _iso(FAULT_AT + 8))
+    booting = {"n1": Replacement("n1", "booting", _iso(FAULT_AT + 20), _iso(FAULT_AT + 200))}
+    merged = merge_attempts("9", [ended, record("RUNNING", "T2")], controller("RUNNING", 1, "T2"), made, booting,
+                            tries)
+    [recovery] = merged[0].recoveries
+    assert recovery.seen_at == _iso(FAULT_AT + 8)
+    assert (recovery.seconds_to_resume, recovery.steps_lost, recovery.replacing) == (91.0, 2, ("n1",))
+    assert "waiting for n1's replacement" in recovery.describe()
+
+
+def test_tries_are_read_whatever_the_lines_hold() -> None:
+    from clusterkit.jobs.recoveries import parse_tries
+
+    tries = parse_tries([{"attempt": "9.0", "try": "0", "event": "started"}, {"try": 1},
+                         {"attempt": "9.0", "try": 2, "event": "ended", "first_step": True, "time": "x"},
+                         {"attempt": "9.0", "try": 1, "event": "started", "time": 5, "nodes": ["n1", 3]}])
+    assert [(t.number, t.started, t.nodes, t.first_step, t.ended) for t in tries] == [
+        (1, 5.0, ("n1",), None, None), (2, None, (), None, None)]
+
+
+def _iso(unix: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(unix).astimezone().isoformat(timespec="seconds")
+
+
+def _clock(unix: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(unix).strftime("%H:%M:%S")

@@ -93,8 +93,8 @@ def test_status_calls_it_completed_with_every_attempt_and_why_each_ended(tmp_pat
     import clusterkit.providers
 
     class NotReplacing:
-        def replacing(self) -> tuple[str, ...]:
-            return ()
+        def replacements(self) -> dict:
+            return {}
 
     monkeypatch.setattr(clusterkit.providers, "open_cluster", lambda name: NotReplacing())
     status = handle_of(tmp_path, queued, RECORDED_DECISIONS).status()

@@ -107,6 +107,13 @@ def test_a_job_that_needs_every_node_resumes_at_full_size_on_the_replacement_bit
     assert int(log.split("resuming from step ")[1].split()[0]) >= 20
     assert (tmp_path / "run/final_weights.sha256").read_text().strip() == uninterrupted
     assert {n.name: n for n in cluster.slurm().nodes()}["n2"].reason != REPLACE_REASON
+    # status explains the recovery: n3 marked, its replacement ready, training on from the checkpoint it loaded.
+    [recovery] = [r for attempt in handle.status().attempts for r in attempt.recoveries]
+    resumed_from = int(log.split("resuming from step ")[1].split()[0])
+    assert "n3" in recovery.nodes and recovery.action == "requeued", recovery
+    assert recovery.replacement_ready_at is not None and recovery.resumed_at is not None, recovery
+    assert recovery.resumed_from_step == resumed_from and recovery.seconds_to_resume > 0, recovery
+    assert recovery.steps_lost == recovery.last_step_before - resumed_from >= 0, recovery
 
 
 def test_status_says_a_pending_job_waits_for_the_replacement_of_the_node_it_needs(tmp_path):
@@ -117,16 +124,16 @@ def test_status_says_a_pending_job_waits_for_the_replacement_of_the_node_it_need
                                  "ready_by": "2026-01-01T00:00:30+00:00"}) + "\n"
                    + json.dumps({"node": "n1", "event": "ready", "at": "2026-01-01T00:00:31+00:00"}) + "\n"
                    + '{"node": "n4", "event": "termin')  # cut short by a crash of the replacer
-    replacing = tuple(node for node, replacement in read_log(log).items() if replacement.in_progress)
-    assert replacing == ("n3",)
+    replacements = read_log(log)
+    assert tuple(node for node, replacement in replacements.items() if replacement.in_progress) == ("n3",)
     controller = {"JobState": "PENDING", "Restarts": "1", "StartTime": "Unknown",
                   "Reason": "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_"
                             "partitions"}
     accounting = [AccountingRecord("7", "train", "NODE_FAIL", "1:0", "n[1-4]", "2026-01-01T00:00:00", "x"),
                   AccountingRecord("7", "train", "PENDING", "0:0", "None assigned", "Unknown", "Unknown")]
-    pending = merge_attempts("7", accounting, controller, [], replacing)[-1]
+    pending = merge_attempts("7", accounting, controller, [], replacements)[-1]
     assert pending.classification == ("pending: Nodes required for job are DOWN, DRAINED or reserved for jobs in "
                                       "higher priority partitions; waiting for n3's replacement")
     # Waiting for something else (its priority), a replacement elsewhere is no part of the story.
-    other = merge_attempts("7", accounting, {**controller, "Reason": "Priority"}, [], replacing)[-1]
+    other = merge_attempts("7", accounting, {**controller, "Reason": "Priority"}, [], replacements)[-1]
     assert other.classification == "pending: Priority"

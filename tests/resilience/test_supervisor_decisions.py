@@ -6,13 +6,16 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from clusterkit import runtime
+from clusterkit.jobs.recoveries import parse_tries
 from clusterkit.resilience import decisions
 from clusterkit.resilience import supervisor as supervisor_module
+from clusterkit.resilience.agent import LINGER_REASON
 from clusterkit.resilience.decisions import Action, Health, Kind, Outcome, decide
 from clusterkit.resilience.run_state import Budget, RunState
 from clusterkit.resilience.supervisor import Supervisor
@@ -300,6 +303,47 @@ def test_a_hang_is_detected_by_heartbeats_and_the_step_retried(tmp_path):
     assert code == 0
     assert [d["decision"] for d in made] == ["hang", "completed"]
     assert "made no progress past step 7" in made[0]["evidence"]
+
+
+def test_each_try_is_recorded_with_where_its_steps_went(tmp_path):
+    marker = tmp_path / "hung-once"
+    step = (f"import pathlib, time\nfrom clusterkit.resilience.heartbeat import heartbeat, resumed\n"
+            f"m = pathlib.Path({str(marker)!r})\n"
+            f"if m.exists():\n    resumed(5, 0.25); heartbeat(6, min_interval_s=0); raise SystemExit(0)\n"
+            f"m.write_text('x'); heartbeat(6, min_interval_s=0); heartbeat(7, min_interval_s=0); time.sleep(120)\n")
+    before = time.time()
+    code, made = supervise(tmp_path, step, ScriptedSlurm(queued={"42": "RUNNING"}), hang_timeout=1)
+    assert code == 0 and [d["decision"] for d in made] == ["hang", "completed"]
+    tries = parse_tries(runtime.read_decisions(tmp_path / "state" / runtime.TRIES_FILE))
+    assert [(t.attempt, t.number, t.first_step, t.last_step, t.resumed_from) for t in tries] == [
+        ("42.0", 0, 6, 7, None), ("42.0", 1, 6, 6, 5)]
+    hung, retried = tries
+    assert before <= hung.started <= hung.first_time <= hung.last_time <= hung.ended <= retried.started
+    assert retried.load_seconds == 0.25 and retried.nodes == ("n1", "n2")
+
+
+def test_a_try_whose_supervisor_died_with_its_node_is_ended_by_the_next_attempt(tmp_path, monkeypatch):
+    state = RunState(tmp_path / "state")
+    state.open()
+    state.save(Budget(attempts_seen=["42.0"]))
+    state.append_try({"attempt": "42.0", "try": 0, "event": "started", "time": 1.0, "nodes": ["n1", "n2"]})
+    beats = tmp_path / "state" / runtime.HEARTBEATS_DIR_NAME / "42.0.0"
+    beats.mkdir(parents=True)
+    (beats / "rank-00000.hb").write_text("12 2.5 n1")
+    (beats / "rank-00001.hb").write_text("11 2.4 n2")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    slurm = ScriptedSlurm(queued={"42": "RUNNING"})
+    slurm.attempts["42"] = ["NODE_FAIL", "RUNNING"]
+    slurm.node_states = {"n1": ("down", "clusterkit agent: n1's liveness beacon silent for 4 s"),
+                         "n2": ("drain", f"{LINGER_REASON} 42's stale step")}  # a node let go of, not failed
+    code, made = supervise(tmp_path, "raise SystemExit(0)", slurm)
+    assert code == 0
+    failure = made[0]
+    assert (failure["decision"], failure["attempt"], failure["nodes"], failure["marked_down"]) == (
+        "node_failure", "42.0", ["n1"], ["n1"])
+    assert failure["evidence"].endswith("n1: clusterkit agent: n1's liveness beacon silent for 4 s")
+    ended = parse_tries(runtime.read_decisions(tmp_path / "state" / runtime.TRIES_FILE))[0]
+    assert (ended.attempt, ended.ended, ended.last_step, ended.last_time) == ("42.0", None, 12, 2.5)
 
 
 def test_a_restart_beyond_the_budget_stops(tmp_path, monkeypatch):

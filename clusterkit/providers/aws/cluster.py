@@ -41,6 +41,7 @@ from clusterkit.providers.base import (
     DeletionPlan,
     InstanceInfo,
     Progress,
+    Replacement,
     ResizeResult,
     quiet,
 )
@@ -369,8 +370,8 @@ class AwsCluster:
         shared = self.state.shared_dir or "/home"
         return f"/home/{user}/clusterkit-runs" if shared == "/home" else f"{shared}/clusterkit-runs/{user}"
 
-    def replacing(self) -> tuple[str, ...]:
-        return ()  # clustermgtd replaces nodes on the head node; its progress is not read yet
+    def replacements(self) -> dict[str, Replacement]:
+        return {}  # clustermgtd replaces nodes on the head node; its progress is not read yet
 
     def python(self) -> str:
         """The Python of the virtualenv the head node installed clusterkit into (python3 when it did not)."""

@@ -23,7 +23,8 @@ from pathlib import Path
 from clusterkit import registry
 from clusterkit.errors import AlreadyExists, ClusterkitError, MissingDependency
 from clusterkit.pids import pid_alive, start_time
-from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, ResizeResult, quiet, slurm_nodes
+from clusterkit.providers.base import (ClusterInfo, DeletionPlan, Progress, Replacement, ResizeResult, quiet,
+                                       slurm_nodes)
 from clusterkit.providers.local import processes
 from clusterkit.providers.local.config import (
     SSHD_PRIVSEP_DIR,
@@ -41,7 +42,7 @@ from clusterkit.providers.local.config import (
     render_sshd_config,
     timings_named,
 )
-from clusterkit.providers.local.replacer import LOG_NAME, Replacement, read_log
+from clusterkit.providers.local.replacer import LOG_NAME, read_log
 from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, refuse_foreign_options
 from clusterkit.registry import ClusterRecord, JsonObject
 from clusterkit.runtime import FAULTS_DIR_ENV
@@ -245,9 +246,6 @@ class LocalCluster:
 
     def python(self) -> str:
         return sys.executable  # jobs of a local cluster run with the Python that drives it
-
-    def replacing(self) -> tuple[str, ...]:
-        return tuple(sorted(node for node, replacement in self.replacements().items() if replacement.in_progress))
 
     def queues(self) -> dict[str, list[str]]:
         return {}  # CPU nodes (and fake GPUs): no EC2 instance type

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from clusterkit.errors import ClusterkitError
-from clusterkit.lean_dataclass import lean_dataclass
+from clusterkit.providers.base import Replacement
 from clusterkit.slurm import NodeInfo
 
 # clustermgtd's own reason (ClusterManager._handle_unhealthy_static_nodes), so that a job's pending reason and
@@ -29,22 +29,6 @@ from clusterkit.slurm import NodeInfo
 REPLACE_REASON = "Static node maintenance: unhealthy node is being replaced"
 UNHEALTHY_STATES = ("down", "drain", "fail")  # sinfo's short states: draining (drng) and failing (failg) still run jobs
 LOG_NAME = "replacements.jsonl"
-
-
-@lean_dataclass(frozen=True)
-class Replacement:
-    """The latest replacement of one node: `booting` until its fresh slurmd serves, then `ready`."""
-
-    node: str
-    state: str
-    terminated_at: str
-    ready_by: str  # when the boot delay ends
-    ready_at: str | None = None
-    replaced_because: str = ""  # the state and reason that made it unhealthy
-
-    @property
-    def in_progress(self) -> bool:
-        return self.state == "booting"
 
 
 def unhealthy(node: NodeInfo) -> bool:
