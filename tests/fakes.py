@@ -34,6 +34,7 @@ class ScriptedSlurm:
         self.requeued: list[str] = []
         self.seconds_left: float | None = None  # before the job's time limit; None: no limit
         self.node_states: dict[str, tuple[str, str]] = {}  # node -> (sinfo's state, reason); else allocated
+        self.details: dict[str, str] = {}  # `scontrol show job`'s fields for every job; empty: none given
 
     # ----- jobs -----
     def queue(self) -> dict[str, str]:
@@ -55,6 +56,11 @@ class ScriptedSlurm:
 
     def requeue(self, job_id: str) -> None:
         self.requeued.append(job_id)
+
+    def job_details(self, job_id: str) -> dict[str, str]:
+        if not self.details:
+            raise SlurmCommandError("`scontrol show job` is not scripted here")
+        return dict(self.details)
 
     def time_left(self, job_id: str) -> float | None:
         return self.seconds_left

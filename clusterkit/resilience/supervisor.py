@@ -69,7 +69,7 @@ from clusterkit.slurm import AccountingRecord, Slurm
 
 STOP_GRACE_S = 20.0  # SIGTERM to SIGKILL when nothing says how long there is
 REQUEUE_WAIT_S = 60.0  # after our requeue, for Slurm's SIGTERM to this script
-GONE_GRACE_S = 2.0  # the same once a node of the step is gone: its peers wait in a collective, with nothing to save
+GONE_GRACE_S = 2.0  # the same once a node of the step is gone or it hangs: ranks wait in a collective, can't save
 WATCH_S = 1.0  # how often a running step's heartbeats, warnings and health check are looked at
 # Decisions after which the supervisor requeued the job itself (and spent for it when it decided).
 REQUEUED_BY_US = (Kind.NODE_FAILURE, Kind.TIME_LIMIT, Kind.PREEMPTED)
@@ -307,6 +307,24 @@ class Supervisor:
             return ""
         return "; ".join(f"{r['check']}: {r['evidence']}" for r in report["results"] if not r["ok"])
 
+    def superseded(self) -> str:
+        """Why this supervisor's attempt is no longer the job's ('' while it is): its node was cut off (frozen, a
+        network partition) long enough for Slurm to requeue the job, and came back. Such a supervisor must not act:
+        the nodes it would judge and the budget it would spend are the new attempt's."""
+        try:
+            details = self.slurm.job_details(self.job_id)
+        except Exception:  # the controller not answering says nothing about the attempt
+            return ""
+        restarts, host = details.get("Restarts", ""), details.get("BatchHost", "")
+        mine = self.attempt.rpartition(".")[2]
+        if not details:
+            return f"Slurm no longer knows job {self.job_id}"
+        if restarts.isdigit() and restarts != mine:
+            return f"attempt {self.attempt} was superseded: Slurm requeued the job (attempt {self.job_id}.{restarts})"
+        if self.own_node and host and host != self.own_node:
+            return f"attempt {self.attempt} was superseded: the job's batch script now runs on {host}"
+        return ""
+
     def job_running(self) -> bool:
         if self.terminating.is_set():
             return False
@@ -417,6 +435,9 @@ class Supervisor:
                     return Outcome(None, bad_nodes=tuple(bad.items()),
                                    unreachable=tuple(sorted(self.unreachable & set(bad))))
             gone = self._gone_nodes(watched)
+            if gone and self.superseded():
+                self._stop(process, grace=GONE_GRACE_S)
+                return Outcome(None, terminated=True)
             if gone:
                 # DOWN before the stop: until Slurm lets go of a silent node, signalling the step waits on it.
                 self.drain(tuple(gone.items()), down=tuple(gone))
@@ -424,7 +445,7 @@ class Supervisor:
                 return Outcome(None, bad_nodes=tuple(gone.items()), unreachable=tuple(sorted(gone)))
             evidence = self._hang_evidence(heartbeats, progress, started, time.monotonic())
             if evidence:
-                self._stop(process)
+                self._stop(process, grace=GONE_GRACE_S)  # a hung step's ranks cannot save: no 20 s for it
                 return Outcome(None, hang_evidence=evidence)
 
     # ----- liveness beacons ---------------------------------------------------------------------------
@@ -604,6 +625,11 @@ class Supervisor:
         try_number = 0
         while True:
             outcome = self.run_step(try_number, nodes, newest_before, self._precheck(joined), spares)
+            superseded = self.superseded()
+            if superseded:
+                print(f"clusterkit supervisor: {superseded}: leaving without judging or marking any node",
+                      file=sys.stderr, flush=True)
+                return 0 if outcome.exit_code is None else outcome.exit_code
             health = self.health_after_failure(nodes) if outcome.failed else Health()
             decision = decisions.decide(outcome, self.budget_of(budget), health)
             code = self.carry_out(decision, budget)

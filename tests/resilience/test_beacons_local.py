@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from clusterkit import ClusterRequest, create_cluster
+from clusterkit import ClusterRequest, create_cluster, runtime
+from clusterkit.jobs.recoveries import parse_tries
 from clusterkit.jobs.spec import job_from_dict
 from clusterkit.jobs.submit import submit
 from clusterkit.providers.local.cluster import LocalCluster
@@ -86,4 +87,29 @@ def test_a_frozen_batch_host_is_marked_down_by_the_agent_and_the_job_resumes_els
     log = handle.stdout()
     assert "ended NODE_FAIL and Slurm requeued the job" in log
     assert started_again(log) - frozen <= 45, (log[-3000:], acts)  # Slurm alone: minutes
+    assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest
+    # status tells the story though the supervisor that saw it begin died: the agent's evidence, when training
+    # went on and from which checkpoint.
+    [recovery] = [r for attempt in handle.status().attempts for r in attempt.recoveries]
+    assert recovery.marked_down == (batch_host,) and "liveness beacon silent" in recovery.evidence, recovery
+    assert 0 < recovery.seconds_to_resume <= 45 and recovery.resumed_from_step >= 20, recovery
+    assert recovery.steps_lost == recovery.last_step_before - recovery.resumed_from_step >= 0, recovery
+
+
+def test_a_hung_rank_with_every_slurmd_alive_is_found_within_the_hang_timeout_and_the_step_retried(
+        production_cluster, workdir, uninterrupted_digest):  # noqa: F811
+    # Slurm and clustermgtd see nothing here (every slurmd answers); PyTorch's watchdog would wait 480-600 s.
+    handle = submit(job_from_dict(training_spec("hang-once", hang_timeout=15)), production_cluster.name,
+                    workdir=workdir)
+    assert handle.wait(timeout=240, poll=0.5) == "COMPLETED", handle.stdout()[-3000:]
+    made = decisions(workdir)
+    assert [d["decision"] for d in made] == ["hang", "completed"], made
+    hung, retried = parse_tries(runtime.read_decisions(workdir / "run" / ".clusterkit" / runtime.TRIES_FILE))
+    # Seen once the timeout passed (on the supervisor's clock, from when it saw the last step), then decided after
+    # a 2 s stop (the ranks wait in a collective: nothing to save) and the nodes' health check.
+    assert 15 <= int(re.search(r"for (\d+) s", made[0]["evidence"]).group(1)) <= 17, made[0]
+    assert made[0]["unix"] - hung.last_time <= 15 + 15, (made[0], hung)
+    assert retried.first_time - hung.last_time <= 60, (made[0], hung, retried)  # and the restart
+    assert retried.resumed_from is not None and retried.resumed_from <= hung.last_step
+    assert all(node.base_state in ("idle", "mix", "alloc") for node in production_cluster.slurm().nodes())
     assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest

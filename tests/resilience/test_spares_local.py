@@ -4,6 +4,7 @@ loses a node of its step and goes on on the healthy node and the spare, in the s
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -53,4 +54,10 @@ def test_a_crashed_step_node_is_replaced_by_the_spare_in_the_same_allocation_bit
         capture_output=True, text=True, check=True).stdout)
     (only,) = status["attempts"]
     assert only["classification"] == "completed"
-    assert f"relaunched on {batch_host},{spare}" in only["recoveries"] and victim in only["recoveries"]
+    (recovery,) = only["recoveries"]
+    assert recovery["action"] == "relaunched" and recovery["relaunched_on"] == [batch_host, spare], recovery
+    assert victim in recovery["nodes"] and recovery["resumed_from_step"] >= 20, recovery
+    assert 0 < recovery["seconds_to_resume"] < 60 and recovery["steps_lost"] >= 0, recovery
+    table = subprocess.run([sys.executable, "-m", "clusterkit", "status", handle.job_id, "--cluster",
+                            local_cluster.name], capture_output=True, text=True, check=True).stdout
+    assert f"relaunched on {batch_host},{spare}; resumed " in table and re.search(r"\d+ steps? lost", table), table

@@ -346,6 +346,18 @@ def test_a_try_whose_supervisor_died_with_its_node_is_ended_by_the_next_attempt(
     assert (ended.attempt, ended.ended, ended.last_step, ended.last_time) == ("42.0", None, 12, 2.5)
 
 
+def test_a_supervisor_whose_attempt_was_superseded_leaves_without_judging_anything(tmp_path):
+    # Its node was cut off long enough for Slurm to requeue the job, then came back: the nodes and the budget are
+    # the new attempt's now.
+    slurm = ScriptedSlurm(sick={"n2": "GPU 3 fell off the bus"}, queued={"42": "RUNNING"})
+    slurm.details = {"JobId": "42", "JobState": "RUNNING", "Restarts": "1", "BatchHost": "n3"}
+    code, made = supervise(tmp_path, "raise SystemExit(1)", slurm)
+    assert made == [] and slurm.drained == [] and slurm.requeued == [] and budget_of(tmp_path).failures == 0
+    slurm.details["Restarts"] = "0"  # still the job's attempt: it judges as ever
+    code, made = supervise(tmp_path, "raise SystemExit(1)", slurm)
+    assert [d["decision"] for d in made] == ["node_failure"] and slurm.requeued == ["42"]
+
+
 def test_a_restart_beyond_the_budget_stops(tmp_path, monkeypatch):
     state = RunState(tmp_path / "state")
     state.open()
