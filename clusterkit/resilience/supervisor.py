@@ -190,7 +190,7 @@ class Supervisor:
         why = f"attempt {previous} ended {state or 'without a record'} and {again}"
         if bound is Bound.FAILURES:
             node_failure = state in ("NODE_FAIL", "BOOT_FAIL")
-            marked = self._marked_nodes(record.node_list) if record and node_failure else {}
+            marked = self._marked_nodes(self._nodes_of(previous, record)) if node_failure else {}
             details: dict[str, object] = {"slurm_state": state}
             if marked:
                 # Who found the node (the cluster agent, for a batch host) said why in its reason: status shows it.
@@ -211,11 +211,21 @@ class Supervisor:
             return records[int(restart)]
         return records[-1] if records else None
 
-    def _marked_nodes(self, node_list: str) -> dict[str, tuple[str, str]]:
-        """Node -> (state, reason) for those of `node_list` that clusterkit (supervisor or agent) marked down or
+    def _nodes_of(self, attempt: str, record: AccountingRecord | None) -> set[str]:
+        """The nodes an earlier attempt ran its step on (its tries' record: accounting's record of a requeued attempt
+        can name the next attempt's nodes, Slurm keeps one row per submit time), and those accounting names."""
+        nodes = {str(node) for entry in runtime.read_decisions(self.run_state.tries_path)
+                 if entry.get("attempt") == attempt and entry.get("event") == "started"
+                 for node in entry.get("nodes", [])}
+        try:
+            return nodes | set(self.slurm.hostnames(record.node_list) if record and record.node_list else [])
+        except Exception:  # a node list scontrol cannot expand: the tries' record stands alone
+            return nodes
+
+    def _marked_nodes(self, wanted: set[str]) -> dict[str, tuple[str, str]]:
+        """Node -> (state, reason) for those of `wanted` that clusterkit (supervisor or agent) marked down or
         drained and that still say so."""
         try:
-            wanted = set(self.slurm.hostnames(node_list)) if node_list else set()
             return {node.name: (node.base_state, node.reason) for node in self.slurm.nodes()
                     if node.name in wanted and node.reason.startswith("clusterkit")
                     and not node.reason.startswith(LINGER_REASON) and node.base_state in ("down", "drain", "fail")}
