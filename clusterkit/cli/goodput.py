@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from clusterkit.cli.output import print_json, print_table, progress
 from clusterkit.errors import ClusterkitError
@@ -60,18 +61,20 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     advise.set_defaults(handler=run_advise)
 
 
+# Plain decimal numbers only: float() would also take spaces, U+2028, underscores and "infinity".
+NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:nan|inf)", re.ASCII)
+
+
 def _number(flag: str, name: str, text: str) -> float:
     """A flag's text as a number within its limits, or one line naming the flag."""
     from clusterkit.goodput.model import LIMITS, check_parameter
 
-    try:
-        value: float = float(text)
-    except ValueError:
-        raise ClusterkitError(f"{flag} {text!r}: not a number",
-                              fix=f"give {flag} {LIMITS[name].describe()}") from None
+    if not NUMBER.fullmatch(text):
+        raise ClusterkitError(f"{flag} {text!r}: not a number", fix=f"give {flag} {LIMITS[name].describe()}")
+    value: float = float(text)
     if LIMITS[name].integer and math.isfinite(value) and value == int(value):
         value = int(value)
-    check_parameter(name, value, flag)
+    check_parameter(name, value, flag, repr(text))
     return value
 
 

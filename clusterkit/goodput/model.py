@@ -206,14 +206,15 @@ LIMITS: dict[str, Limit] = {
 MAX_FAILURES_PER_RUN = 100_000  # the simulator steps once per failure: bounds a run's time (~10 s)
 
 
-def check_parameter(name: str, value: float, label: str | None = None) -> None:
-    """Refuse a value outside the parameter's limits, naming it (as `label`: a flag, on the CLI)."""
+def check_parameter(name: str, value: float, label: str | None = None, shown: str | None = None) -> None:
+    """Refuse a value outside the parameter's limits, naming it (as `label`: a flag, on the CLI) and the value
+    (as `shown`: what the user typed)."""
     limit, label = LIMITS[name], label or name
     bad = (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
            or (limit.integer and value != int(value)) or value < limit.low or value > limit.high
            or (limit.low_open and value == limit.low))
     if bad:
-        raise ClusterkitError(f"{label} {value!r}: must be {limit.describe()}",
+        raise ClusterkitError(f"{label} {shown if shown is not None else repr(value)}: must be {limit.describe()}",
                               fix=f"give {label} {limit.describe()}")
 
 
