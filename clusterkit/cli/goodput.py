@@ -41,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     scenario = argparse.ArgumentParser(add_help=False)
     for flag, _, text in SCENARIO_FLAGS:
         scenario.add_argument(flag, metavar="N", help=text)
+    scenario.add_argument("--instance-type", metavar="TYPE",
+                          help="the nodes' instance type or preset (p5, trn1, ...): its accelerators per node")
     scenario.add_argument("--seed", default="0", metavar="N", help="random seed (default 0): same seed, same result")
     scenario.add_argument("--runs", default="8", metavar="K", help="runs to average (default 8)")
 
@@ -89,7 +91,22 @@ def scenario_from(args: argparse.Namespace):
         value = _number(flag, name, text)
         values["replacement" if name == "replacement_s" else name] = (
             Span(value, value) if name == "replacement_s" else value)
+    if args.instance_type is not None:
+        if "gpus_per_node" in values:
+            raise ClusterkitError("--instance-type and --gpus-per-node both say how many GPUs a node has",
+                                  fix="give one of them")
+        values["gpus_per_node"] = _accelerators_per_node(args.instance_type)
     return Scenario(**values)
+
+
+def _accelerators_per_node(name: str) -> int:
+    from clusterkit.catalog import PRESET_INSTANCE_TYPES, instance_type
+
+    found = instance_type(PRESET_INSTANCE_TYPES.get(name, name))
+    if not found.accelerator_count:
+        raise ClusterkitError(f"--instance-type {name!r}: {found.name} has no accelerators",
+                              fix="give a GPU or Trainium type, e.g. p5 or trn1")
+    return found.accelerator_count
 
 
 def _run_options(args: argparse.Namespace) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from clusterkit.goodput.model import Policy, Scenario, save_cost
+from clusterkit.goodput.model import Policy, SaveCost, Scenario, save_cost
 from clusterkit.goodput.simulator import PolicyResult, simulate
 
 REFINE_RUNS = 32  # runs per interval while refining: common random numbers keep the comparison steady
@@ -25,14 +25,17 @@ def young_daly(stall_s: float, mtbf_s: float) -> float:
     return math.sqrt(2.0 * stall_s * mtbf_s)
 
 
-def first_order_interval(scenario: Scenario, policy: Policy) -> float:
+def interval_for(cost: SaveCost, mtbf_s: float) -> float:
     """Young/Daly with the save's effective stall, found as a fixed point (the stall depends on the interval
-    when an async write outlasts it)."""
-    cost = save_cost(scenario, policy.blocking_saves)
-    interval = young_daly(max(cost.effective_stall(math.inf), 1e-6), scenario.mtbf_s)
+    when an async write outlasts it); at least 1 s."""
+    interval = young_daly(max(cost.effective_stall(math.inf), 1e-6), mtbf_s)
     for _ in range(20):
-        interval = young_daly(max(cost.effective_stall(interval), 1e-6), scenario.mtbf_s)
+        interval = young_daly(max(cost.effective_stall(interval), 1e-6), mtbf_s)
     return max(interval, 1.0)
+
+
+def first_order_interval(scenario: Scenario, policy: Policy) -> float:
+    return interval_for(save_cost(scenario, policy.blocking_saves), scenario.mtbf_s)
 
 
 def _scan(scenario: Scenario, policy: Policy, low: float, high: float, steps: int, seed: int

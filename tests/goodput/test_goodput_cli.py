@@ -96,3 +96,14 @@ def test_the_cli_loads_numpy_only_when_a_goodput_verb_runs():
             "print('numpy' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_an_instance_type_gives_the_accelerators_per_node(capsys):
+    assert main(["goodput", "simulate", *SMALL, "--interval", "600", "--instance-type", "trn1", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["scenario"]["nodes"] == 32  # 512 / 16 Trainium chips
+    for bad, words in ((["--instance-type", "c5.9xlarge"], "has no accelerators"),
+                       (["--instance-type", "p9.fake"], "unknown instance type 'p9.fake'"),
+                       (["--instance-type", "p5", "--gpus-per-node", "8"], "both say")):
+        assert main(["goodput", "simulate", *bad]) == 1
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1
