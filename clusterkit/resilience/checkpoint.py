@@ -28,7 +28,8 @@ import copy
 import logging
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,6 +46,7 @@ from clusterkit.resilience.checkpoint_files import (
     hash_pool,
     lower_priority,
 )
+from clusterkit.resilience.checkpoint_interval import AUTO, CheckpointSchedule
 from clusterkit.resilience.checkpoint_layout import shard_name, step_dirs, step_number
 from clusterkit.resilience.checkpoint_manifest import (
     Checkpoint,
@@ -98,6 +100,9 @@ class CheckpointManager:
         world_size: int | None = None,
         process_group: Any = None,
         commit_timeout_s: float = 600.0,
+        checkpoint_every: int | str | None = None,
+        failures_per_gpu_hour: float | None = None,
+        gpus: int | None = None,
     ) -> None:
         if keep < 1:
             raise ClusterkitError(f"keep must be at least 1, got {keep}", fix="keep=1 or more")
@@ -114,6 +119,15 @@ class CheckpointManager:
         self._host_copies = _HostCopies()
         self._spool = SpoolBuffers()
         self._last_commit: Checkpoint | None = None
+        self._schedule: CheckpointSchedule | None = None
+        if checkpoint_every is not None:
+            if checkpoint_every == AUTO and rank is not None and (world_size or 1) > 1:
+                raise ClusterkitError("checkpoint_every='auto' with ranks that coordinate through files: the ranks "
+                                      "could not agree on the step of each save",
+                                      fix="initialise torch.distributed, or give a number of steps")
+            self._schedule = CheckpointSchedule(
+                checkpoint_every, failures_per_gpu_hour=failures_per_gpu_hour,
+                gpus=gpus or self._topology(process_group).world_size, agree=self._agree_on_costs)
 
     @property
     def root(self) -> Path:
@@ -131,6 +145,32 @@ class CheckpointManager:
 
     # ----- saving -------------------------------------------------------------------------------
 
+    def due(self, step: int) -> bool:
+        """Whether to save at `step`: call it once per step, on every rank (`checkpoint_every` says how often; with
+        "auto" the interval is chosen from this run's measured save costs and step time, and logged)."""
+        if self._schedule is None:
+            raise ClusterkitError("due() needs a schedule", fix="CheckpointManager(..., checkpoint_every=N or 'auto')")
+        in_flight = self._in_flight
+        return self._schedule.due(step_number(step), writing=in_flight is not None and not in_flight.done())
+
+    @property
+    def schedule(self) -> CheckpointSchedule | None:
+        """When saves are due (`checkpoint_every`): its `interval_steps` and the `reason` for them."""
+        return self._schedule
+
+    def _agree_on_costs(self, values: Sequence[float]) -> Sequence[float]:
+        """The largest of each measurement over the ranks (every rank calls this at the same step)."""
+        dist = initialized_dist()
+        if dist is None or self._world_size is not None or dist.get_world_size() == 1:
+            return values
+        import torch
+
+        if self._async_group is None:
+            self._async_group = dist.new_group(backend="gloo")
+        tensor = torch.tensor(list(values), dtype=torch.float64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._async_group)
+        return tensor.tolist()
+
     def save(self, step: int, state: Any) -> Checkpoint | None:
         """Write `state` (anything `torch.save` takes) as this rank's shard of checkpoint `step`.
 
@@ -138,8 +178,13 @@ class CheckpointManager:
         collectives coordinate the save; None on ranks that only contributed a shard.
         """
         step = step_number(step)
+        called = time.monotonic()
         self.wait()
-        return self._save_torch(step, state, self._process_group, background=False)
+        committed = self._save_torch(step, state, self._process_group, background=False)
+        if self._schedule is not None:
+            self._schedule.saved(time.monotonic() - called)
+            self._schedule.written(0.0)
+        return committed
 
     def save_async(self, step: int, state: Any, *, pin_memory: bool = False) -> None:
         """Take `state` now; make it a durable checkpoint in a background thread.
@@ -157,6 +202,7 @@ class CheckpointManager:
         memory the size of this rank's state stays reserved for the next save until `close()`.
         """
         step = step_number(step)
+        called = time.monotonic()
         self.wait()
         group = self._process_group
         if group is None and self._world_size is None and initialized_dist() is not None:
@@ -177,6 +223,10 @@ class CheckpointManager:
         else:
             host_state = self._host_copies.copy(state, pin_memory=pin_memory)
             self._in_flight = self._background.submit(self._save_torch, step, host_state, group, background=True)
+        if self._schedule is not None and self._in_flight is not None:
+            schedule, returned = self._schedule, time.monotonic()
+            schedule.saved(returned - called)
+            self._in_flight.add_done_callback(lambda _: schedule.written(time.monotonic() - returned))
 
     def wait(self) -> Checkpoint | None:
         """Block until the in-flight background save is done; re-raise its error."""
