@@ -191,7 +191,7 @@ LIMITS: dict[str, Limit] = {
     "gpus": Limit(1, 10_000_000, integer=True),
     "gpus_per_node": Limit(1, 128, integer=True),
     "days": Limit(0, 3650, low_open=True),
-    "failures_per_gpu_hour": Limit(0, 1, low_open=True),
+    "failures_per_gpu_hour": Limit(0, 3600, low_open=True),  # up to one a GPU-second: chaos runs are fast
     "checkpoint_gib": Limit(0, 10_000_000, low_open=True),
     "save_gbps": Limit(0, 100_000, low_open=True),
     "restart_s": Limit(0, 86_400),

@@ -46,7 +46,7 @@ from clusterkit.resilience.checkpoint_files import (
     hash_pool,
     lower_priority,
 )
-from clusterkit.resilience.checkpoint_interval import AUTO, CheckpointSchedule
+from clusterkit.resilience.checkpoint_interval import CheckpointSchedule
 from clusterkit.resilience.checkpoint_layout import shard_name, step_dirs, step_number
 from clusterkit.resilience.checkpoint_manifest import (
     Checkpoint,
@@ -120,11 +120,8 @@ class CheckpointManager:
         self._spool = SpoolBuffers()
         self._last_commit: Checkpoint | None = None
         self._schedule: CheckpointSchedule | None = None
+        self._agree_group: Any = None
         if checkpoint_every is not None:
-            if checkpoint_every == AUTO and rank is not None and (world_size or 1) > 1:
-                raise ClusterkitError("checkpoint_every='auto' with ranks that coordinate through files: the ranks "
-                                      "could not agree on the step of each save",
-                                      fix="initialise torch.distributed, or give a number of steps")
             self._schedule = CheckpointSchedule(
                 checkpoint_every, failures_per_gpu_hour=failures_per_gpu_hour,
                 gpus=gpus or self._topology(process_group).world_size, agree=self._agree_on_costs)
@@ -146,8 +143,9 @@ class CheckpointManager:
     # ----- saving -------------------------------------------------------------------------------
 
     def due(self, step: int) -> bool:
-        """Whether to save at `step`: call it once per step, on every rank (`checkpoint_every` says how often; with
-        "auto" the interval is chosen from this run's measured save costs and step time, and logged)."""
+        """Whether to save at `step`: call it once per step, on every rank of the process group, even ranks that
+        save nothing (`checkpoint_every` says how often; with "auto" the interval is chosen from this run's
+        measured save costs and step time, agreed by the ranks at the step after each save, and logged)."""
         if self._schedule is None:
             raise ClusterkitError("due() needs a schedule", fix="CheckpointManager(..., checkpoint_every=N or 'auto')")
         in_flight = self._in_flight
@@ -159,16 +157,21 @@ class CheckpointManager:
         return self._schedule
 
     def _agree_on_costs(self, values: Sequence[float]) -> Sequence[float]:
-        """The largest of each measurement over the ranks (every rank calls this at the same step)."""
+        """The largest of each measurement over the ranks of the process group, so that every rank's `due` says
+        the same (each calls this at the same step, the one after a save)."""
         dist = initialized_dist()
-        if dist is None or self._world_size is not None or dist.get_world_size() == 1:
+        if dist is None or dist.get_world_size() == 1:
+            if self._topology(self._process_group).world_size > 1:
+                raise ClusterkitError("checkpoint_every='auto' with ranks that coordinate through files: they "
+                                      "cannot agree on the step of each save",
+                                      fix="initialise torch.distributed first, or give a number of steps")
             return values
         import torch
 
-        if self._async_group is None:
-            self._async_group = dist.new_group(backend="gloo")
+        if self._agree_group is None:
+            self._agree_group = dist.new_group(backend="gloo")  # its own group: NCCL would want device tensors
         tensor = torch.tensor(list(values), dtype=torch.float64)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._async_group)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._agree_group)
         return tensor.tolist()
 
     def save(self, step: int, state: Any) -> Checkpoint | None:

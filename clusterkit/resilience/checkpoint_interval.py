@@ -30,6 +30,10 @@ SMOOTHING = 0.3  # weight of each new measurement in the running means
 Agree = Callable[[Sequence[float]], Sequence[float]]
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds:,.0f} s"
+
+
 def _mean(previous: float | None, value: float) -> float:
     return value if previous is None else (1 - SMOOTHING) * previous + SMOOTHING * value
 
@@ -125,7 +129,7 @@ class CheckpointSchedule:
             self.reason = (
                 f"checkpoint every {steps} steps (~{steps * step_s:,.0f} s): a save stalls the loop {stall_s:.2f} s "
                 f"and writes for {write_s:.1f} s in the background (steps {slowdown:.0%} slower meanwhile), steps "
-                f"take {step_s:.3f} s, and a failure comes every {mtbf_s / 3600:,.1f} h "
+                f"take {step_s:.3f} s, and a failure comes every {_duration(mtbf_s)} "
                 f"({self.failures_per_gpu_hour:.3g} per GPU-hour, {self._rate_source}, x {self.gpus} GPUs): "
                 f"Young/Daly sqrt(2 x stall x MTBF) with the save's effective stall")
             log.info("%s%s", "" if current is None else f"was every {current} steps; now ", self.reason)
