@@ -27,15 +27,16 @@ def young_daly(stall_s: float, mtbf_s: float) -> float:
 
 def interval_for(cost: SaveCost, mtbf_s: float) -> float:
     """Young/Daly with the save's effective stall, found as a fixed point (the stall depends on the interval
-    when an async write outlasts it); at least 1 s."""
+    when an async write outlasts it)."""
     interval = young_daly(max(cost.effective_stall(math.inf), 1e-6), mtbf_s)
     for _ in range(20):
         interval = young_daly(max(cost.effective_stall(interval), 1e-6), mtbf_s)
-    return max(interval, 1.0)
+    return interval
 
 
 def first_order_interval(scenario: Scenario, policy: Policy) -> float:
-    return interval_for(save_cost(scenario, policy.blocking_saves), scenario.mtbf_s)
+    """The first-order interval for the simulator, which takes 1 s or more."""
+    return max(1.0, interval_for(save_cost(scenario, policy.blocking_saves), scenario.mtbf_s))
 
 
 def _scan(scenario: Scenario, policy: Policy, low: float, high: float, steps: int, seed: int

@@ -50,7 +50,9 @@ class CheckpointSchedule:
                                   f"{AUTO!r}", fix="e.g. checkpoint_every=100, or 'auto' to have it chosen")
         self.every = every
         source = "given"
-        if failures_per_gpu_hour is None and os.environ.get(runtime.FAILURES_PER_GPU_HOUR_ENV):
+        if every != AUTO:
+            failures_per_gpu_hour = failures_per_gpu_hour or LLAMA3_FAILURES_PER_GPU_HOUR  # not used
+        elif failures_per_gpu_hour is None and os.environ.get(runtime.FAILURES_PER_GPU_HOUR_ENV):
             text = os.environ[runtime.FAILURES_PER_GPU_HOUR_ENV]
             try:
                 failures_per_gpu_hour = float(text)
