@@ -2,8 +2,8 @@
 
 The interval starts from Young/Daly's first-order optimum, sqrt(2 x stall x MTBF), with the stall a save
 really costs the loop (for async saves: the copy, the slowdown while the write runs, and any wait for the
-previous write), then is refined against the simulator: a coarse scan of the simulated goodput around it,
-then a fine one around the best, every interval meeting the same failures (one seed).
+previous write), then is refined against the simulator: the simulated goodput over intervals from half to twice that,
+every interval meeting the same failures (one seed), fitted with the first-order shape.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from clusterkit.goodput.model import Policy, SaveCost, Scenario, save_cost
 from clusterkit.goodput.simulator import PolicyResult, simulate
 
-REFINE_RUNS = 32  # runs per interval while refining: common random numbers keep the comparison steady
-COARSE_STEPS, COARSE_SPAN = 17, 4.0  # intervals from first-order / 4 to x 4
-FINE_STEPS, FINE_SPAN = 13, 1.15  # then within 15% of the best of those
+# Runs per interval while refining: enough for REFINE_FAILURES failures in all (a run of few failures says
+# little), within REFINE_RUNS; common random numbers keep the comparison between intervals steady.
+REFINE_FAILURES, REFINE_RUNS = 20_000, (32, 1000)
+REFINE_STEPS, REFINE_SPAN = 13, 2.0  # intervals from first-order / 2 to x 2
 MAX_SPARES = 4
 
 
@@ -39,20 +40,25 @@ def first_order_interval(scenario: Scenario, policy: Policy) -> float:
     return max(1.0, interval_for(save_cost(scenario, policy.blocking_saves), scenario.mtbf_s))
 
 
-def _scan(scenario: Scenario, policy: Policy, low: float, high: float, steps: int, seed: int
-          ) -> list[PolicyResult]:
-    ratio = (high / low) ** (1 / (steps - 1))
-    return [simulate(scenario, policy, max(1.0, low * ratio**i), runs=REFINE_RUNS, seed=seed) for i in range(steps)]
-
-
 def choose_interval(scenario: Scenario, policy: Policy, *, seed: int = 0) -> float:
-    """The interval (seconds of steps between saves) with the best simulated goodput near Young/Daly's."""
+    """The interval (seconds of steps between saves) with the best simulated goodput near Young/Daly's.
+
+    Near its best the goodput curve is flat, so the argmax of noisy simulations wanders; instead the
+    simulated goodput over the scan is fitted with the first-order shape `a + b / I + c x I` (the save's
+    cost per interval, and the work lost, growing with the interval), whose best is `sqrt(b / c)`."""
+    import numpy as np
+
     start = first_order_interval(scenario, policy)
-    coarse = max(_scan(scenario, policy, start / COARSE_SPAN, start * COARSE_SPAN, COARSE_STEPS, seed),
-                 key=lambda r: r.goodput)
-    fine = max(_scan(scenario, policy, coarse.interval_s / FINE_SPAN, coarse.interval_s * FINE_SPAN, FINE_STEPS,
-                     seed), key=lambda r: r.goodput)
-    return fine.interval_s
+    intervals = np.unique(np.maximum(1.0, start * REFINE_SPAN ** np.linspace(-1.0, 1.0, REFINE_STEPS)))
+    runs = int(np.clip(math.ceil(REFINE_FAILURES / scenario.expected_failures), *REFINE_RUNS))
+    goodputs = np.array([simulate(scenario, policy, float(i), runs=runs, seed=seed).goodput for i in intervals])
+    if len(intervals) < 3:
+        return float(intervals[int(np.argmax(goodputs))])
+    design = np.column_stack([np.ones_like(intervals), 1.0 / intervals, intervals])
+    _, b, c = np.linalg.lstsq(design, goodputs, rcond=None)[0]
+    if b >= 0 or c >= 0:  # not the first-order shape (e.g. saves slower than the interval): the best scanned
+        return float(intervals[int(np.argmax(goodputs))])
+    return float(np.clip(np.sqrt(b / c), intervals[0], intervals[-1]))
 
 
 def paid_goodput(result: PolicyResult, scenario: Scenario) -> float:
