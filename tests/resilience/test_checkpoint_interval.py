@@ -128,3 +128,12 @@ def test_the_manager_measures_its_own_saves_and_chooses(tmp_path: Path, caplog):
     assert "a failure comes every 1.0 h" in manager.schedule.reason
     with pytest.raises(ClusterkitError, match="due\\(\\) needs a schedule"):
         CheckpointManager(tmp_path).due(1)
+
+
+def test_ranks_that_coordinate_through_files_cannot_agree_and_are_told_so(tmp_path: Path):
+    from clusterkit.resilience.checkpoint import CheckpointManager
+
+    manager = CheckpointManager(tmp_path, rank=0, world_size=2, checkpoint_every="auto", gpus=2)
+    assert [step for step in range(1, BOOTSTRAP_STEPS + 2) if manager.due(step)] == [BOOTSTRAP_STEPS + 1]
+    with pytest.raises(ClusterkitError, match="cannot agree on the step of each save"):
+        manager.due(BOOTSTRAP_STEPS + 2)
