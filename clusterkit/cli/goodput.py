@@ -9,10 +9,15 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from typing import TYPE_CHECKING
 
 from clusterkit.cli.output import print_json, print_table, progress
 from clusterkit.errors import ClusterkitError
 from clusterkit.goodput.categories import CATEGORIES
+
+if TYPE_CHECKING:
+    from clusterkit.goodput.model import Policy, Scenario
+    from clusterkit.goodput.simulator import PolicyResult
 
 # Scenario flags: (flag, Scenario field or LIMITS name, help). Read by simulate and advise alike.
 SCENARIO_FLAGS = (
@@ -80,7 +85,7 @@ def _number(flag: str, name: str, text: str) -> float:
     return value
 
 
-def scenario_from(args: argparse.Namespace):
+def scenario_from(args: argparse.Namespace) -> Scenario:
     from clusterkit.goodput.model import Scenario, Span
 
     values = {}
@@ -113,14 +118,14 @@ def _run_options(args: argparse.Namespace) -> tuple[int, int]:
     return int(_number("--runs", "runs", args.runs)), int(_number("--seed", "seed", args.seed))
 
 
-def _policies(scenario):
+def _policies(scenario: Scenario) -> tuple[Policy, ...]:
     from clusterkit.goodput.model import clusterkit_policy, slurm_alone
 
     return (slurm_alone(), clusterkit_policy("free_nodes", scenario.hang_timeout),
             clusterkit_policy("spares", scenario.hang_timeout))
 
 
-def _scenario_json(scenario) -> dict:
+def _scenario_json(scenario: Scenario) -> dict:
     return {"gpus": scenario.gpus, "nodes": scenario.nodes, "days": scenario.days,
             "failures_per_gpu_hour": scenario.failures_per_gpu_hour, "expected_failures": scenario.expected_failures,
             "mtbf_s": scenario.mtbf_s, "checkpoint_gib": scenario.checkpoint_gib, "save_gbps": scenario.save_gbps,
@@ -130,7 +135,7 @@ def _scenario_json(scenario) -> dict:
             "failure_mix": dict(scenario.mix)}
 
 
-def _scenario_line(scenario, runs: int, seed: int) -> str:
+def _scenario_line(scenario: Scenario, runs: int, seed: int) -> str:
     return (f"{scenario.gpus:,} GPUs ({scenario.nodes:,} nodes) for {scenario.days:g} days at "
             f"{scenario.failures_per_gpu_hour:.3g} failures per GPU-hour: {scenario.expected_failures:,.0f} "
             f"failures expected (one every {scenario.mtbf_s / 3600:.2f} h); checkpoint {scenario.checkpoint_gib:,g} "
@@ -170,7 +175,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _result_json(result) -> dict:
+def _result_json(result: PolicyResult) -> dict:
     return {"name": result.policy.name, "description": result.policy.description, "interval_s": result.interval_s,
             "goodput": result.goodput, "goodput_min": min(result.goodputs), "goodput_max": max(result.goodputs),
             "wall_s": result.wall_s, "failures": result.failures, "categories": dict(result.seconds)}
@@ -196,12 +201,13 @@ def run_advise(args: argparse.Namespace) -> int:
     slurm = slurm_alone()
     slurm_result = simulate(scenario, slurm, choose_interval(scenario, slurm, seed=seed), runs=runs, seed=seed)
     cost = save_cost(scenario, blocking=False)
+    by_count = sorted(options, key=lambda o: o.spares)
     if args.output == "json":
         print_json({"scenario": _scenario_json(chosen), "runs": runs, "seed": seed, "interval_s": interval,
                     "first_order_interval_s": first_order, "spares": best.spares, "goodput": best.result.goodput,
                     "paid_goodput": best.paid_goodput,
-                    "spare_options": [{"spares": o.spares, "goodput": o.result.goodput,
-                                       "paid_goodput": o.paid_goodput} for o in sorted(options, key=lambda o: o.spares)],
+                    "spare_options": [{"spares": o.spares, "goodput": o.result.goodput, "paid_goodput": o.paid_goodput}
+                                      for o in by_count],
                     "goodput_at_tenth_interval": tenth, "goodput_at_tenfold_interval": tenfold,
                     "slurm_alone": _result_json(slurm_result), "llama3_reported_goodput": LLAMA3_REPORTED_GOODPUT})
         return 0
@@ -210,8 +216,9 @@ def run_advise(args: argparse.Namespace) -> int:
           f"stalls {cost.stall_s:.2f} s, then writes for {cost.write_s:,.0f} s in the background at "
           f"{cost.slowdown:.0%} slower steps)")
     print(f"spare nodes: {best.spares} (goodput per GPU paid for "
-          + ", ".join(f"{o.spares}: {o.paid_goodput:.2%}" for o in sorted(options, key=lambda o: o.spares)) + ")")
-    print(f"expected goodput: {best.result.goodput:.1%} with clusterkit ({best.spares} spare node{'' if best.spares == 1 else 's'}); "
+          + ", ".join(f"{o.spares}: {o.paid_goodput:.2%}" for o in by_count) + ")")
+    nodes = "spare node" if best.spares == 1 else "spare nodes"
+    print(f"expected goodput: {best.result.goodput:.1%} with clusterkit ({best.spares} {nodes}); "
           f"{tenth:.1%} at 0.1x the interval, {tenfold:.1%} at 10x")
     print(f"Slurm alone at ParallelCluster's timings, blocking saves every {slurm_result.interval_s:,.0f} s: "
           f"{slurm_result.goodput:.1%}; {LLAMA3_LINE}")

@@ -16,12 +16,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from clusterkit.goodput.categories import CATEGORIES, CHECKPOINT_STALL, DETECTION, HANG, LOST_WORK, PRODUCTIVE, \
-    RECOVERY
+from clusterkit.goodput.categories import (
+    CATEGORIES,
+    CHECKPOINT_STALL,
+    DETECTION,
+    HANG,
+    LOST_WORK,
+    PRODUCTIVE,
+    RECOVERY,
+)
 from clusterkit.goodput.model import HANG as HANG_KIND
-from clusterkit.goodput.model import MANIFESTATIONS, REPLACES_NODE, Policy, Scenario, check_parameter, load_s, \
-    save_cost
+from clusterkit.goodput.model import (
+    MANIFESTATIONS,
+    REPLACES_NODE,
+    Policy,
+    Scenario,
+    check_parameter,
+    load_s,
+    save_cost,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -54,7 +72,8 @@ def simulate(scenario: Scenario, policy: Policy, interval_s: float, *, runs: int
     return PolicyResult(policy, interval_s, runs, seconds, goodputs, float(failures.mean()))
 
 
-def simulate_runs(scenario: Scenario, policy: Policy, interval_s: float, *, runs: int, seed: int):
+def simulate_runs(scenario: Scenario, policy: Policy, interval_s: float, *, runs: int, seed: int,
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Seconds per category of each run (an array of runs x CATEGORIES) and each run's failure count."""
     import numpy as np
 
@@ -98,8 +117,8 @@ def simulate_runs(scenario: Scenario, policy: Policy, interval_s: float, *, runs
         to_failure = rng.exponential(1.0 / rate, runs)
         kind = np.searchsorted(mix_edges, rng.random(runs), side="right").clip(0, len(MANIFESTATIONS) - 1)
         detect = detect_low[kind] + detect_width[kind] * rng.random(runs)
-        replacement = scenario.replacement.low + (scenario.replacement.high - scenario.replacement.low) * \
-            rng.random(runs)
+        replacement = scenario.replacement.low + (scenario.replacement.high - scenario.replacement.low) * (
+            rng.random(runs))
         path_u = rng.random(runs)
 
         # Training until the failure or the horizon.

@@ -11,8 +11,18 @@ from hypothesis import strategies as st
 from clusterkit.errors import ClusterkitError
 from clusterkit.goodput.advice import choose_interval, first_order_interval, young_daly
 from clusterkit.goodput.categories import CATEGORIES
-from clusterkit.goodput.model import (LLAMA3_FAILURES_PER_GPU_HOUR, LLAMA3_ROOT_CAUSES, MANIFESTATIONS, SOFTWARE,
-                                      Scenario, Span, clusterkit_policy, manifestation_mix, save_cost, slurm_alone)
+from clusterkit.goodput.model import (
+    LLAMA3_FAILURES_PER_GPU_HOUR,
+    LLAMA3_ROOT_CAUSES,
+    MANIFESTATIONS,
+    SOFTWARE,
+    Scenario,
+    Span,
+    clusterkit_policy,
+    manifestation_mix,
+    save_cost,
+    slurm_alone,
+)
 from clusterkit.goodput.simulator import simulate, simulate_runs
 
 POLICIES = (slurm_alone(), clusterkit_policy("free_nodes", 120.0), clusterkit_policy("spares", 120.0))
