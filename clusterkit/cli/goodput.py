@@ -49,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     scenario.add_argument("--instance-type", metavar="TYPE",
                           help="the nodes' instance type or preset (p5, trn1, ...): its accelerators per node")
     scenario.add_argument("--seed", default="0", metavar="N", help="random seed (default 0): same seed, same result")
-    scenario.add_argument("--runs", default="8", metavar="K", help="runs to average (default 8)")
+    scenario.add_argument("--runs", default="8", metavar="K",
+                          help="runs to average (default 8; advise takes more where failures are rare)")
 
     simulate = verbs.add_parser(
         "simulate", parents=[common, scenario], help="simulate a run's goodput under each recovery policy",
@@ -137,7 +138,7 @@ def _scenario_json(scenario: Scenario) -> dict:
 
 def _scenario_line(scenario: Scenario, runs: int, seed: int) -> str:
     return (f"{scenario.gpus:,} GPUs ({scenario.nodes:,} nodes) for {scenario.days:g} days at "
-            f"{scenario.failures_per_gpu_hour:.3g} failures per GPU-hour: {scenario.expected_failures:,.0f} "
+            f"{scenario.failures_per_gpu_hour:.3g} failures per GPU-hour: {scenario.expected_failures:,.1f} "
             f"failures expected (one every {scenario.mtbf_s / 3600:.2f} h); checkpoint {scenario.checkpoint_gib:,g} "
             f"GiB at {scenario.save_gbps:g} GB/s; {runs} runs, seed {seed}")
 
@@ -182,12 +183,13 @@ def _result_json(result: PolicyResult) -> dict:
 
 
 def run_advise(args: argparse.Namespace) -> int:
-    from clusterkit.goodput.advice import choose_interval, choose_spares, first_order_interval
+    from clusterkit.goodput.advice import choose_interval, choose_spares, first_order_interval, steady_runs
     from clusterkit.goodput.model import LLAMA3_REPORTED_GOODPUT, clusterkit_policy, save_cost, slurm_alone
     from clusterkit.goodput.simulator import simulate
 
     scenario = scenario_from(args)
     runs, seed = _run_options(args)
+    runs = max(runs, steady_runs(scenario))  # a few runs of rare failures cannot compare spare counts
     policy = clusterkit_policy("spares", scenario.hang_timeout)
     if args.output == "table":
         progress("choosing the checkpoint interval and the spare nodes ...")

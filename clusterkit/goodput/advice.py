@@ -40,6 +40,12 @@ def first_order_interval(scenario: Scenario, policy: Policy) -> float:
     return max(1.0, interval_for(save_cost(scenario, policy.blocking_saves), scenario.mtbf_s))
 
 
+def steady_runs(scenario: Scenario) -> int:
+    """Runs enough for REFINE_FAILURES failures in all, within REFINE_RUNS."""
+    low, high = REFINE_RUNS
+    return max(low, min(high, math.ceil(REFINE_FAILURES / scenario.expected_failures)))
+
+
 def choose_interval(scenario: Scenario, policy: Policy, *, seed: int = 0) -> float:
     """The interval (seconds of steps between saves) with the best simulated goodput near Young/Daly's.
 
@@ -50,7 +56,7 @@ def choose_interval(scenario: Scenario, policy: Policy, *, seed: int = 0) -> flo
 
     start = first_order_interval(scenario, policy)
     intervals = np.unique(np.maximum(1.0, start * REFINE_SPAN ** np.linspace(-1.0, 1.0, REFINE_STEPS)))
-    runs = int(np.clip(math.ceil(REFINE_FAILURES / scenario.expected_failures), *REFINE_RUNS))
+    runs = steady_runs(scenario)
     goodputs = np.array([simulate(scenario, policy, float(i), runs=runs, seed=seed).goodput for i in intervals])
     if len(intervals) < 3:
         return float(intervals[int(np.argmax(goodputs))])
