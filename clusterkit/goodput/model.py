@@ -165,8 +165,10 @@ def slurm_alone() -> Policy:
 
 
 def clusterkit_policy(pool: str, hang_timeout: float) -> Policy:
-    detection = Detection(CLUSTERKIT_NODE_LOSS_DETECT, PROCESS_EXIT_DETECT, PROCESS_EXIT_DETECT,
-                          Span(hang_timeout, hang_timeout + HANG_STOP))
+    """clusterkit's supervisor with async saves; `hang_timeout` 0 (off, as in a job spec) leaves hangs to NCCL's
+    watchdog."""
+    hang = Span(hang_timeout, hang_timeout + HANG_STOP) if hang_timeout else slurm_alone().detection.hang
+    detection = Detection(CLUSTERKIT_NODE_LOSS_DETECT, PROCESS_EXIT_DETECT, PROCESS_EXIT_DETECT, hang)
     if pool == "spares":
         return Policy("clusterkit-spares", "clusterkit, async saves, relaunch on a spare node", False,
                       detection, SPARE_RELAUNCH, SPARE_RELAUNCH, "spares")
@@ -196,7 +198,7 @@ LIMITS: dict[str, Limit] = {
     "save_gbps": Limit(0, 100_000, low_open=True),
     "restart_s": Limit(0, 86_400),
     "replacement_s": Limit(0, 86_400),
-    "hang_timeout": Limit(1, 86_400),
+    "hang_timeout": Limit(0, 86_400),  # 0: off
     "spares": Limit(0, 64, integer=True),
     "free_nodes": Limit(0, 64, integer=True),
     "interval": Limit(1, 10_000_000),
@@ -241,6 +243,12 @@ class Scenario:
             check_parameter(name, getattr(self, name))
         for bound in (self.replacement.low, self.replacement.high):
             check_parameter("replacement_s", bound)
+        shares = [self.mix.get(m) for m in MANIFESTATIONS]
+        if set(self.mix) != set(MANIFESTATIONS) or not all(
+                isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in shares) or not sum(shares):
+            raise ClusterkitError(f"mix {self.mix!r}: must give a share, 0 or more, to each of "
+                                  f"{', '.join(MANIFESTATIONS)}, and not all 0",
+                                  fix="e.g. clusterkit.goodput.model.manifestation_mix()")
         if self.expected_failures > MAX_FAILURES_PER_RUN:
             raise ClusterkitError(
                 f"{self.expected_failures:,.0f} failures expected per run ({self.gpus:,} GPUs x {self.days:g} days "

@@ -126,6 +126,21 @@ def test_a_scenario_refuses_values_outside_its_limits(field, value):
         Scenario(**{field: value})
 
 
+@pytest.mark.parametrize("mix", [{}, {"device": 1.0}, {m: 0.0 for m in MANIFESTATIONS},
+                                 {m: math.nan for m in MANIFESTATIONS}, {**manifestation_mix(), "hang": -1.0}])
+def test_a_mix_must_share_out_every_manifestation(mix):
+    with pytest.raises(ClusterkitError, match="mix"):
+        Scenario(mix=mix)
+
+
+def test_a_hang_timeout_of_0_leaves_hangs_to_the_nccl_watchdog():
+    assert clusterkit_policy("spares", 0).detection.hang == slurm_alone().detection.hang
+    only_hangs = {m: float(m == "hang") for m in MANIFESTATIONS}
+    off, on = (simulate(Scenario(days=3, mix=only_hangs), clusterkit_policy("spares", h), 200, runs=4, seed=2)
+               for h in (0, 120))
+    assert off.seconds["hang"] == pytest.approx(on.seconds["hang"] * 630 / 135, rel=0.1)
+
+
 def test_a_scenario_too_big_to_simulate_is_refused_before_it_runs():
     with pytest.raises(ClusterkitError, match="too many to simulate"):
         Scenario(gpus=10_000_000, days=3650, failures_per_gpu_hour=1e-3)
