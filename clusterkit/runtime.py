@@ -19,6 +19,8 @@ INSTANCE_TYPE_ENV = "CLUSTERKIT_INSTANCE_TYPE"  # the nodes' EC2 type: what heal
 HEARTBEAT_DIR_ENV = "CLUSTERKIT_HEARTBEAT_DIR"  # set by the supervisor for one try of the step
 ATTEMPT_ID_ENV = "CLUSTERKIT_ATTEMPT_ID"  # set by the supervisor: job.restart.try
 FAULTS_DIR_ENV = "CLUSTERKIT_FAULTS_DIR"  # local clusters: injected health-check faults
+# checkpoint_every="auto": node failures per GPU-hour to plan the interval for (else Llama 3's rate)
+FAILURES_PER_GPU_HOUR_ENV = "CLUSTERKIT_FAILURES_PER_GPU_HOUR"
 # Set by the supervisor of a job with spare nodes for each try: the step's nodes (comma-separated) and their count,
 # which the rendered step's srun runs on (--nodelist, --nodes).
 STEP_NODES_ENV = "CLUSTERKIT_STEP_NODES"

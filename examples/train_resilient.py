@@ -16,7 +16,8 @@ next attempt resumes from that checkpoint.
 A save that fails (a full disk) ends every rank with exit 1 and one line saying why; any other
 clusterkit error, or ENOSPC, ends the process with one line and exit 1 as well.
 
-Settings (environment): TRAIN_STEPS (60), CHECKPOINT_EVERY (10), STEP_SECONDS (0.2, a stand-in for
+Settings (environment): TRAIN_STEPS (60), CHECKPOINT_EVERY (10; `auto`: chosen by the manager from its measured
+save costs and step time and the failure rate in $CLUSTERKIT_FAILURES_PER_GPU_HOUR, printed with why), STEP_SECONDS (0.2, a stand-in for
 real work), SAVE_SECONDS (0: rank 0 takes this much longer for each save, as a large model's state on shared
 storage would), EXAMPLE_FAULT (for tests: `always` fails on every attempt, `crash-once` kills rank 1's
 process once, `hang-once` stops rank 1 once without exiting, `stuck-start-once` stops rank 1 once
@@ -54,7 +55,7 @@ from clusterkit.errors import ClusterkitError  # noqa: E402
 from clusterkit.resilience import CheckpointManager, heartbeat, stop_requested  # noqa: E402
 
 STEPS = int(os.environ.get("TRAIN_STEPS", "60"))
-CHECKPOINT_EVERY = int(os.environ.get("CHECKPOINT_EVERY", "10"))
+CHECKPOINT_EVERY = os.environ.get("CHECKPOINT_EVERY", "10")  # a number of steps, or auto
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
 SAVE_SECONDS = float(os.environ.get("SAVE_SECONDS", "0"))
 FAULT = os.environ.get("EXAMPLE_FAULT", "")
@@ -130,7 +131,9 @@ def main() -> int:
     run_dir = Path(os.environ.get("CLUSTERKIT_CHECKPOINT_DIR", "checkpoints"))
     stop_requested()  # from here on the job asks through its request, which the loop looks at every step
     # Every rank holds the same replica; rank 0 alone writes it, as one shard (world_size=1).
-    manager = CheckpointManager(run_dir, keep=3, rank=0, world_size=1)
+    every = CHECKPOINT_EVERY if CHECKPOINT_EVERY == "auto" else int(CHECKPOINT_EVERY)
+    manager = CheckpointManager(run_dir, keep=3, rank=0, world_size=1, checkpoint_every=every,
+                                gpus=int(os.environ.get("WORLD_SIZE", "1")))
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
@@ -149,7 +152,7 @@ def main() -> int:
     if rank == 0:
         print(f"training: world {world}, {'resuming from step ' + str(start) if start else 'starting'}", flush=True)
 
-    step = start
+    step, said = start, ""
     while step < STEPS:
         inject_fault(step, rank, run_dir)
         inputs, targets = batch(step, rank)
@@ -165,7 +168,11 @@ def main() -> int:
         time.sleep(STEP_SECONDS)
         stopping = torch.tensor([REQUESTED if stop_requested() else SIGNALLED if stop_signalled else 0])
         dist.all_reduce(stopping, op=dist.ReduceOp.MAX)  # all ranks agree to stop at the same step
-        if step % CHECKPOINT_EVERY == 0 or stopping.item():
+        due, reason = manager.due(step), manager.schedule.reason  # every rank: with auto they agree on it
+        if rank == 0 and every == "auto" and manager.schedule.interval_steps and reason != said:
+            print(f"training: {reason}", flush=True)
+            said = reason
+        if due or stopping.item():
             state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
             if not save_checkpoint(manager, rank, step, state, loss.item()):
                 dist.destroy_process_group()

@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "clusterkit"
 # Lowest first. A unit may import its own layer's ground-floor modules and anything below; nothing above.
 LAYERS: list[set[str]] = [
     {"errors", "lean_dataclass", "findings", "rules", "runtime", "versions", "files", "spec_reader", "yaml_text",
-     "resources", "catalog", "offerings", "pids", "stack_versions"},
+     "resources", "catalog", "offerings", "pids", "stack_versions",
+     "goodput"},  # the goodput model and simulator: pure, so the checkpoint manager may choose its interval
     {"registry", "slurm", "transport"},
     {"resilience"},  # the in-job runtime: checkpoints, heartbeats, the supervisor (runs the health check by name)
     {"stack"},  # what is on a node and how to check it, the health check among them

@@ -54,7 +54,7 @@ def test_every_verb_is_mapped_to_the_module_that_registers_it():
 ])
 def test_a_command_line_with_a_verb_builds_only_that_verb_group(argv, group):
     loaded = loaded_after(f"from clusterkit.cli import build_parser\nbuild_parser({argv!r}).parse_args({argv!r})")
-    groups = {f"clusterkit.cli.{name}" for name in ("clusters", "cluster_config", "jobs", "stack", "local")}
+    groups = {f"clusterkit.cli.{name}" for name in ("clusters", "cluster_config", "jobs", "stack", "local", "goodput")}
     assert loaded & groups == {group}
 
 

@@ -24,6 +24,7 @@ COMMAND_MODULES = {
     "clusterkit.cli.jobs": ("submit", "status", "logs", "cancel", "watch", "jobs"),
     "clusterkit.cli.stack": ("container", "doctor", "nccl-test"),
     "clusterkit.cli.local": ("local",),
+    "clusterkit.cli.goodput": ("goodput",),
 }
 
 

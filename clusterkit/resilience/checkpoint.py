@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,6 +46,7 @@ from clusterkit.resilience.checkpoint_files import (
     hash_pool,
     lower_priority,
 )
+from clusterkit.resilience.checkpoint_interval import CheckpointSchedule
 from clusterkit.resilience.checkpoint_layout import shard_name, step_dirs, step_number
 from clusterkit.resilience.checkpoint_manifest import (
     Checkpoint,
@@ -100,6 +101,9 @@ class CheckpointManager:
         world_size: int | None = None,
         process_group: Any = None,
         commit_timeout_s: float = 600.0,
+        checkpoint_every: int | str | None = None,
+        failures_per_gpu_hour: float | None = None,
+        gpus: int | None = None,
     ) -> None:
         if keep < 1:
             raise ClusterkitError(f"keep must be at least 1, got {keep}", fix="keep=1 or more")
@@ -116,6 +120,12 @@ class CheckpointManager:
         self._host_copies = _HostCopies()
         self._spool = SpoolBuffers()
         self._last_commit: Checkpoint | None = None
+        self._schedule: CheckpointSchedule | None = None
+        self._agree_group: Any = None
+        if checkpoint_every is not None:
+            self._schedule = CheckpointSchedule(
+                checkpoint_every, failures_per_gpu_hour=failures_per_gpu_hour,
+                gpus=gpus or self._topology(process_group).world_size, agree=self._agree_on_costs)
 
     @property
     def root(self) -> Path:
@@ -133,6 +143,38 @@ class CheckpointManager:
 
     # ----- saving -------------------------------------------------------------------------------
 
+    def due(self, step: int) -> bool:
+        """Whether to save at `step`: call it once per step, on every rank of the process group, even ranks that
+        save nothing (`checkpoint_every` says how often; with "auto" the interval is chosen from this run's
+        measured save costs and step time, agreed by the ranks at the step after each save, and logged)."""
+        if self._schedule is None:
+            raise ClusterkitError("due() needs a schedule", fix="CheckpointManager(..., checkpoint_every=N or 'auto')")
+        in_flight = self._in_flight
+        return self._schedule.due(step_number(step), writing=in_flight is not None and not in_flight.done())
+
+    @property
+    def schedule(self) -> CheckpointSchedule | None:
+        """When saves are due (`checkpoint_every`): its `interval_steps` and the `reason` for them."""
+        return self._schedule
+
+    def _agree_on_costs(self, values: Sequence[float]) -> Sequence[float]:
+        """The largest of each measurement over the ranks of the process group, so that every rank's `due` says
+        the same (each calls this at the same step, the one after a save)."""
+        dist = initialized_dist()
+        if dist is None or dist.get_world_size() == 1:
+            if self._topology(self._process_group).world_size > 1:
+                raise ClusterkitError("checkpoint_every='auto' with ranks that coordinate through files: they "
+                                      "cannot agree on the step of each save",
+                                      fix="initialise torch.distributed first, or give a number of steps")
+            return values
+        import torch
+
+        if self._agree_group is None:
+            self._agree_group = dist.new_group(backend="gloo")  # its own group: NCCL would want device tensors
+        tensor = torch.tensor(list(values), dtype=torch.float64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._agree_group)
+        return tensor.tolist()
+
     def save(self, step: int, state: Any) -> Checkpoint | None:
         """Write `state` (anything `torch.save` takes) as this rank's shard of checkpoint `step`.
 
@@ -140,8 +182,13 @@ class CheckpointManager:
         collectives coordinate the save; None on ranks that only contributed a shard.
         """
         step = step_number(step)
+        called = time.monotonic()
         self.wait()
-        return self._save_torch(step, state, self._process_group, background=False)
+        committed = self._save_torch(step, state, self._process_group, background=False)
+        if self._schedule is not None:
+            self._schedule.saved(time.monotonic() - called)
+            self._schedule.written(0.0)
+        return committed
 
     def save_async(self, step: int, state: Any, *, pin_memory: bool = False) -> None:
         """Take `state` now; make it a durable checkpoint in a background thread.
@@ -159,6 +206,7 @@ class CheckpointManager:
         memory the size of this rank's state stays reserved for the next save until `close()`.
         """
         step = step_number(step)
+        called = time.monotonic()
         self.wait()
         group = self._process_group
         if group is None and self._world_size is None and initialized_dist() is not None:
@@ -179,6 +227,10 @@ class CheckpointManager:
         else:
             host_state = self._host_copies.copy(state, pin_memory=pin_memory)
             self._in_flight = self._background.submit(self._save_torch, step, host_state, group, background=True)
+        if self._schedule is not None and self._in_flight is not None:
+            schedule, returned = self._schedule, time.monotonic()
+            schedule.saved(returned - called)
+            self._in_flight.add_done_callback(lambda _: schedule.written(time.monotonic() - returned))
 
     def wait(self) -> Checkpoint | None:
         """Block until the in-flight background save is done; re-raise its error."""

@@ -21,7 +21,8 @@ def start(run_dir: Path, **settings: str) -> subprocess.Popen[str]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(port), CLUSTERKIT_CHECKPOINT_DIR=str(run_dir), STEP_SECONDS="0", **settings)
+               MASTER_PORT=str(port), CLUSTERKIT_CHECKPOINT_DIR=str(run_dir), STEP_SECONDS="0")
+    env.update(settings)
     return subprocess.Popen([sys.executable, str(EXAMPLE)], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -78,3 +79,16 @@ def test_a_full_disk_ends_the_run_with_one_line(tiny_filesystem: Path) -> None:
     assert process.returncode == 1
     assert stderr.strip().splitlines() == [stderr.strip()], stderr  # one line, no traceback
     assert "no space left on the device holding" in stderr
+
+
+def test_checkpoint_every_auto_settles_on_an_interval_and_says_why(tmp_path: Path) -> None:
+    process = start(tmp_path, TRAIN_STEPS="60", STEP_SECONDS="0.02", CHECKPOINT_EVERY="auto",
+                    CLUSTERKIT_FAILURES_PER_GPU_HOUR="3600")  # a failure every second: saves every few steps
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert "checkpoint at step 11 " in stdout  # the first save, before any cost is measured
+    chosen = [line for line in stdout.splitlines() if line.startswith("training: checkpoint every ")]
+    assert chosen and "a failure comes every 1 s (3.6e+03 per GPU-hour, $CLUSTERKIT_FAILURES_PER_GPU_HOUR" in chosen[0]
+    steps = int(chosen[-1].split()[3])
+    saves = [int(line.split()[3]) for line in stdout.splitlines() if line.startswith("checkpoint at step ")]
+    assert len(saves) >= 3 and saves[-1] - saves[-2] == steps
