@@ -59,6 +59,7 @@ from clusterkit.resilience.checkpoint_manifest import (
 )
 from clusterkit.resilience.checksums import Checksum, ChecksumAlgorithm, algorithm_for
 from clusterkit.resilience.heartbeat import resumed as record_resume
+from clusterkit.resilience.heartbeat import stalled as record_stall
 from clusterkit.resilience.retention import Retention
 
 log = logging.getLogger(__name__)
@@ -185,6 +186,7 @@ class CheckpointManager:
         called = time.monotonic()
         self.wait()
         committed = self._save_torch(step, state, self._process_group, background=False)
+        record_stall(time.monotonic() - called)
         if self._schedule is not None:
             self._schedule.saved(time.monotonic() - called)
             self._schedule.written(0.0)
@@ -227,6 +229,7 @@ class CheckpointManager:
         else:
             host_state = self._host_copies.copy(state, pin_memory=pin_memory)
             self._in_flight = self._background.submit(self._save_torch, step, host_state, group, background=True)
+        record_stall(time.monotonic() - called)
         if self._schedule is not None and self._in_flight is not None:
             schedule, returned = self._schedule, time.monotonic()
             schedule.saved(returned - called)
@@ -257,9 +260,11 @@ class CheckpointManager:
 
         from clusterkit.resilience.dcp_writer import ChecksummingWriter
 
+        called = time.monotonic()
         with self._pending(step, kind="dcp") as (directory, files):
             with _torch_crc32_off():
                 dcp.save(state_dict, storage_writer=ChecksummingWriter(directory, self.checksum, files, hash_pool()))
+        record_stall(time.monotonic() - called)
         return self._last_commit
 
     @contextmanager

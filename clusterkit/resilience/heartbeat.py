@@ -34,6 +34,7 @@ STOP_POLL_S = 1.0  # stop_requested() looks at the request at most this often
 BEAT_BYTES = 128  # one beat, padded: node names are at most 64 characters in Slurm
 FIRST_SUFFIX = ".first"  # a rank's first beat of its process
 RESUMED_SUFFIX = ".resumed"  # the checkpoint a rank resumed from
+STALL_SUFFIX = ".stall"  # how many saves blocked a rank's loop, and for how long in all
 
 log = logging.getLogger(__name__)
 _last_write: dict[Path, float] = {}
@@ -41,6 +42,7 @@ _descriptors: dict[Path, int] = {}
 _reported: set[str] = set()
 _stop_looked: dict[str, float] = {}  # request path -> when it was last looked at (the monotonic clock)
 _stop_seen: set[str] = set()
+_stall = [0, 0.0]  # this process's saves and the seconds they blocked its loop
 
 
 class Beat(NamedTuple):
@@ -89,6 +91,19 @@ def resumed(step: int, load_seconds: float) -> None:
     if directory:
         path = Path(directory) / f"rank-{current_rank():05d}{RESUMED_SUFFIX}"
         _write_once(path, f"{step} {load_seconds:.3f} {time.time():.3f}\n")
+
+
+def stalled(seconds: float) -> None:
+    """Add `seconds` that the training loop spent blocked by a checkpoint save to this rank's total for the try
+    (CheckpointManager's saves call it): the goodput ledger's checkpoint stall. A no-op outside a supervised step;
+    never raises."""
+    directory = os.environ.get(HEARTBEAT_DIR_ENV)
+    if not directory:
+        return
+    path = Path(directory) / f"rank-{current_rank():05d}{STALL_SUFFIX}"
+    _stall[0] += 1
+    _stall[1] += max(seconds, 0.0)
+    _write_once(path, f"{_stall[0]} {_stall[1]:.3f}\n")
 
 
 def _write_once(path: Path, line: str) -> None:
@@ -180,6 +195,8 @@ class TryProgress(NamedTuple):
     load_seconds: float | None = None
     last_step: int | None = None  # the furthest step any rank reported, and when its beat was written
     last_time: float | None = None
+    stall_seconds: float | None = None  # the loop blocked by checkpoint saves (the most any rank reported)
+    saves: int | None = None
 
 
 def read_try(directory: str | os.PathLike[str]) -> TryProgress:
@@ -190,17 +207,26 @@ def read_try(directory: str | os.PathLike[str]) -> TryProgress:
     first = min(firsts, key=lambda beat: beat.time, default=None)
     last = max(lasts, key=lambda beat: (beat.step, beat.time), default=None)
     resume = resumes.get(0) or next(iter(resumes.values()), None)
+    stalls = _read_pairs(Path(directory), STALL_SUFFIX)
+    stall = max(stalls.values(), key=lambda pair: pair[1], default=None)
     return TryProgress(first.step if first else None, first.time if first else None,
                        resume[0] if resume else None, resume[1] if resume else None,
-                       last.step if last else None, last.time if last else None)
+                       last.step if last else None, last.time if last else None,
+                       stall[1] if stall else None, int(stall[0]) if stall else None)
 
 
 def _read_resumes(directory: Path) -> dict[int, tuple[int, float]]:
-    found: dict[int, tuple[int, float]] = {}
-    for path in directory.glob(f"rank-*{RESUMED_SUFFIX}"):
+    return {rank: (int(step), seconds) for rank, (step, seconds) in _read_pairs(directory, RESUMED_SUFFIX).items()
+            if step == int(step)}
+
+
+def _read_pairs(directory: Path, suffix: str) -> dict[int, tuple[float, float]]:
+    """Rank -> the first two numbers of each `rank-N{suffix}` file (a torn or foreign one is skipped)."""
+    found: dict[int, tuple[float, float]] = {}
+    for path in directory.glob(f"rank-*{suffix}"):
         try:
-            step, seconds, _ = path.read_text().split()
-            found[int(path.name[len("rank-"):-len(RESUMED_SUFFIX)])] = (int(step), float(seconds))
+            first, second = path.read_text().split()[:2]
+            found[int(path.name[len("rank-"):-len(suffix)])] = (float(first), float(second))
         except (OSError, ValueError):
             continue
     return found
