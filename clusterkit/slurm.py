@@ -49,6 +49,7 @@ class NodeInfo:
     cpus: int
     gres: str
     reason: str
+    reason_time: str = ""  # when the reason was set (sinfo's %H: the controller's local time), '' without one
 
     @property
     def responding(self) -> bool:
@@ -173,12 +174,13 @@ class Slurm:
         return result.returncode == 0 and "UP" in result.stdout
 
     def nodes(self) -> list[NodeInfo]:
-        out = self.run("sinfo", "-h", "-N", "-o", "%N|%t|%c|%G|%E").stdout
+        out = self.run("sinfo", "-h", "-N", "-o", "%N|%t|%c|%G|%H|%E").stdout
         seen: dict[str, NodeInfo] = {}
         for line in lines(out):
-            name, state, cpus, gres, reason = line.split("|", 4)
+            name, state, cpus, gres, since, reason = line.split("|", 5)  # the reason last: it may hold a |
             # sinfo -N repeats a node once per partition it is in.
-            seen.setdefault(name, NodeInfo(name, state, int(cpus), gres, "" if reason == "none" else reason))
+            seen.setdefault(name, NodeInfo(name, state, int(cpus), gres, "" if reason == "none" else reason,
+                                           "" if reason == "none" or since == "Unknown" else since))
         return list(seen.values())
 
     def sbatch(self, script: str | Path, *args: str) -> str:

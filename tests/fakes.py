@@ -73,8 +73,8 @@ class ScriptedSlurm:
         return list(self.node_names)
 
     def nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(name, *self.node_states.get(name, ("alloc", ""))[:1], 2, "",
-                         self.node_states.get(name, ("alloc", ""))[1]) for name in self.node_names]
+        return [NodeInfo(name, state, 2, "", reason, "2027-01-15T08:00:07" if reason else "")
+                for name in self.node_names for state, reason in [self.node_states.get(name, ("alloc", ""))]]
 
     def update_node(self, node: str, state: str, reason: str = "") -> None:
         self.drained.append((node, reason))

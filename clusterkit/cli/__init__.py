@@ -67,6 +67,8 @@ def one_line(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["goodput"] and argv[1:2] and argv[1][:1].isdigit():
+        argv = ["goodput", "job", *argv[1:]]  # `goodput JOB_ID`: the group's verbs are words, a job id is digits
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):

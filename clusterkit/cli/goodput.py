@@ -41,7 +41,14 @@ SCENARIO_FLAGS = (
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     goodput = subparsers.add_parser("goodput", help="goodput at scale and the checkpoint interval chosen for you")
     verbs = goodput.add_subparsers(dest="goodput_command", metavar="VERB", required=True)
-    # `clusterkit goodput JOB` (the per-run ledger) joins this group; it reports the same CATEGORIES.
+    job = verbs.add_parser(
+        "job", parents=[common], help="where every second of a run went (also: clusterkit goodput JOB_ID)",
+        description="The run's goodput ledger: every second from its submission to its end in one category "
+                    "(productive, lost work, checkpoint stall, detection, recovery, queued, hang, other), from what "
+                    "the supervised run recorded.")
+    job.add_argument("job_id", metavar="JOB_ID")
+    job.add_argument("--cluster", metavar="NAME", help="cluster to use (default: $CLUSTERKIT_CLUSTER, or the only one)")
+    job.set_defaults(handler=run_ledger)
 
     scenario = argparse.ArgumentParser(add_help=False)
     for flag, _, text in SCENARIO_FLAGS:
@@ -67,6 +74,22 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         description="Choose the checkpoint interval (Young/Daly, refined against the simulator) and the number "
                     "of spare nodes with the most goodput per GPU paid for, for clusterkit with async saves.")
     advise.set_defaults(handler=run_advise)
+
+
+def run_ledger(args: argparse.Namespace) -> int:
+    from clusterkit.jobs.submit import job_handle
+    from clusterkit.slurm import checked_job_id
+
+    ledger = job_handle(checked_job_id(args.job_id), args.cluster).goodput()
+    if args.output == "json":
+        print_json(ledger.to_dict())
+        return 0
+    seconds = ledger.categories
+    print(f"job {ledger.job_id}: goodput {ledger.goodput:.1%} of {ledger.wall_s:.0f} s")
+    print_table(["category", "seconds", "share"],
+                [[name, f"{value:.1f}", f"{value / ledger.wall_s:.1%}" if ledger.wall_s else "-"]
+                 for name, value in seconds.items()])
+    return 0
 
 
 # Plain decimal numbers only: float() would also take spaces, U+2028, underscores and "infinity".

@@ -16,6 +16,7 @@ from clusterkit.slurm import AccountingRecord, SlurmCommandError, checked_job_id
 from clusterkit.transport import Transport, exists, read_bytes
 
 if TYPE_CHECKING:
+    from clusterkit.jobs.ledger import Ledger
     from clusterkit.jobs.records import JobRecord
 
 # Neither the queue nor accounting knows the id for this long: it is not a job (sacct lags ~3 s).
@@ -91,6 +92,30 @@ class JobHandle:
         state = run_state(self.job_id, state_of(self.job_id, poll.queue, accounting), made)
         return JobStatus(self.job_id, self.cluster, state, str(self.stdout_path) if self.stdout_path else None,
                          tuple(merged))
+
+    def goodput(self) -> Ledger:
+        """Where every second of the run went, from its submission to the end of its last attempt (now, while it
+        runs): productive steps, lost work, checkpoint stall, detection, recovery, queued, hang, other
+        (jobs.ledger). Needs the supervisor's records: a supervised job with a checkpoint_dir."""
+        from clusterkit.jobs.ledger import build
+        from clusterkit.jobs.recoveries import parse_time
+
+        tried = [t for t in tries(self.record, self.transport) if t.attempt.rpartition(".")[0] == self.job_id]
+        if not tried:
+            raise ClusterkitError(f"job {self.job_id} has no record of its tries: the goodput ledger reads what a "
+                                  "supervised run keeps", fix="supervise the job (supervise: true, with a "
+                                  "checkpoint_dir) and look again once its step has started")
+        status = self.status()
+        ends = {f"{self.job_id}.{attempt.attempt}": attempt.end for attempt in status.attempts if attempt.end}
+        last = status.attempts[-1].end if status.attempts else ""
+        end = parse_time(last) if is_final(status.state) and last else None
+        if end is None:
+            end = time.time() if not is_final(status.state) else max(
+                (t for attempt in tried for t in (attempt.ended, attempt.last_time) if t is not None), default=0.0)
+        submitted = parse_time(self.record.submitted) if self.record else None
+        if submitted is None:
+            submitted = min(attempt.started for attempt in tried if attempt.started is not None)
+        return build(self.job_id, submitted, end, decisions(self.record, self.transport), tried, ends)
 
     def not_found(self) -> NotFound:
         """The error for a job that neither the controller nor accounting knows."""

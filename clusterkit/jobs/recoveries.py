@@ -38,6 +38,8 @@ class Try:
     load_seconds: float | None = None
     last_step: int | None = None
     last_time: float | None = None
+    stall_seconds: float | None = None  # the loop blocked by checkpoint saves
+    saves: int | None = None
 
 
 @lean_dataclass(frozen=True)
@@ -95,12 +97,16 @@ def parse_tries(entries: Iterable[Mapping[str, Any]]) -> list[Try]:
         if entry.get("event") == "started":
             known.update(started=_number(entry.get("time")),
                          nodes=tuple(str(node) for node in entry.get("nodes", []) if isinstance(node, str)))
-        elif entry.get("event") == "ended":
+        elif entry.get("event") == "ended" and "ended_recorded" not in known:
+            # The first end recorded stands: a supervisor cut off with its node and back later ends its try again.
+            known["ended_recorded"] = True
             known.update(ended=_number(entry.get("time")),
                          **{name: _number(entry.get(name)) for name in
-                            ("first_time", "load_seconds", "last_time")},
-                         **{name: _integer(entry.get(name)) for name in ("first_step", "resumed_from", "last_step")})
-    tries = [Try(**fields) for fields in found.values()]
+                            ("first_time", "load_seconds", "last_time", "stall_seconds")},
+                         **{name: _integer(entry.get(name)) for name in
+                            ("first_step", "resumed_from", "last_step", "saves")})
+    tries = [Try(**{key: value for key, value in fields.items() if key != "ended_recorded"})
+             for fields in found.values()]
     return sorted(tries, key=lambda t: (t.started if t.started is not None else float("inf"), t.attempt, t.number))
 
 
@@ -115,11 +121,8 @@ def explain(job_id: str, made: list[dict[str, Any]], tries: list[Try], replaceme
         job, _, index = attempt.rpartition(".")
         if decision.get("decision") != runtime.NODE_FAILURE or job != job_id or not index.isdigit():
             continue
-        recorded = _decision_time(decision)
-        seen = recorded
-        ended_at = (attempt_ends or {}).get(attempt)
-        if "slurm_state" in decision and ended_at and _parse_time(ended_at) is not None:
-            seen = _parse_time(ended_at)  # Slurm ended the attempt: that is when the failure was acted on
+        recorded = decision_time(decision)
+        seen = acted_at(decision, attempt_ends or {}) or recorded
         nodes = tuple(str(node) for node in decision.get("nodes", []))
         down = tuple(str(node) for node in decision.get("marked_down", []))
         failed = next((t for t in reversed(tries) if t.attempt == attempt
@@ -128,7 +131,7 @@ def explain(job_id: str, made: list[dict[str, Any]], tries: list[Try], replaceme
         resumed = next((t for t in tries if t.started is not None and after is not None and t.started > after), None)
         since = failed.started if failed is not None and failed.started is not None else seen
         replaced = [replacements[node] for node in nodes if node in replacements and since is not None
-                    and (_parse_time(replacements[node].terminated_at) or 0) >= since - 1]
+                    and (parse_time(replacements[node].terminated_at) or 0) >= since - 1]
         ready = [r.ready_at for r in replaced if r.ready_at]
         resumed_at = resumed.first_time if resumed is not None else None
         last = failed.last_step if failed is not None else None
@@ -139,7 +142,7 @@ def explain(job_id: str, made: list[dict[str, Any]], tries: list[Try], replaceme
             evidence=str(decision.get("evidence", "")),
             action="relaunched" if decision.get("action") == runtime.RELAUNCH else "requeued",
             relaunched_on=tuple(str(node) for node in decision.get("relaunched_on", [])),
-            replacement_ready_at=max(ready, key=lambda text: _parse_time(text) or 0) if ready else None,
+            replacement_ready_at=max(ready, key=lambda text: parse_time(text) or 0) if ready else None,
             replacing=tuple(r.node for r in replaced if r.in_progress),
             resumed_at=_iso(resumed_at) if resumed_at is not None else None,
             seconds_to_resume=round(resumed_at - seen, 1) if resumed_at is not None and seen is not None else None,
@@ -148,13 +151,23 @@ def explain(job_id: str, made: list[dict[str, Any]], tries: list[Try], replaceme
     return recoveries
 
 
-def _decision_time(decision: Mapping[str, Any]) -> float | None:
+def acted_at(decision: Mapping[str, Any], attempt_ends: Mapping[str, str]) -> float | None:
+    """When a failure Slurm ended an attempt with was acted on (its decision is recorded only when the next attempt
+    starts): when the node was marked (its reason's time, which the next supervisor read back), else when
+    accounting says the attempt ended; None for a decision the supervisor made as it acted."""
+    if "slurm_state" not in decision:
+        return None
+    return parse_time(str(decision.get("acted_at", ""))) or parse_time(attempt_ends.get(str(decision.get("attempt")),
+                                                                                         ""))
+
+
+def decision_time(decision: Mapping[str, Any]) -> float | None:
     """When a decision was made: its unix time, else its (whole-second) local time."""
     unix = _number(decision.get("unix"))
-    return unix if unix is not None else _parse_time(str(decision.get("time", "")))
+    return unix if unix is not None else parse_time(str(decision.get("time", "")))
 
 
-def _parse_time(text: str) -> float | None:
+def parse_time(text: str) -> float | None:
     """Unix time of an ISO 8601 time (the supervisor's %z form too); a time without a zone is this machine's."""
     try:
         return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").timestamp()
@@ -172,7 +185,7 @@ def _iso(unix: float) -> str:
 
 def _clock(text: str) -> str:
     """The time of day of an ISO time, as a person reads it in a table."""
-    unix = _parse_time(text)
+    unix = parse_time(text)
     return dt.datetime.fromtimestamp(unix).strftime("%H:%M:%S") if unix is not None else text
 
 

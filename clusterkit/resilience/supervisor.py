@@ -193,10 +193,14 @@ class Supervisor:
             marked = self._marked_nodes(self._nodes_of(previous, record)) if node_failure else {}
             details: dict[str, object] = {"slurm_state": state}
             if marked:
-                # Who found the node (the cluster agent, for a batch host) said why in its reason: status shows it.
-                why += "; " + "; ".join(f"{node}: {reason}" for node, (_, reason) in marked.items())
-                details.update(nodes=sorted(marked), marked_down=sorted(node for node, (state_, _) in marked.items()
-                                                                        if state_ == "down"))
+                # Who found the node (the cluster agent, for a batch host) said why in its reason, and when: status
+                # and the goodput ledger show both.
+                why += "; " + "; ".join(f"{node}: {reason}" for node, (_, reason, _) in marked.items())
+                details.update(nodes=sorted(marked), marked_down=sorted(node for node, (state_, _, _) in
+                                                                        marked.items() if state_ == "down"))
+                since = sorted(when for _, _, when in marked.values() if when)
+                if since:
+                    details["acted_at"] = since[0]
             self.record(Kind.NODE_FAILURE if node_failure else Kind.TERMINATED, why, attempt=previous, **details)
         return self.spend(budget, bound, why)
 
@@ -222,11 +226,11 @@ class Supervisor:
         except Exception:  # a node list scontrol cannot expand: the tries' record stands alone
             return nodes
 
-    def _marked_nodes(self, wanted: set[str]) -> dict[str, tuple[str, str]]:
-        """Node -> (state, reason) for those of `wanted` that clusterkit (supervisor or agent) marked down or
-        drained and that still say so."""
+    def _marked_nodes(self, wanted: set[str]) -> dict[str, tuple[str, str, str]]:
+        """Node -> (state, reason, when the reason was set) for those of `wanted` that clusterkit (supervisor or
+        agent) marked down or drained and that still say so."""
         try:
-            return {node.name: (node.base_state, node.reason) for node in self.slurm.nodes()
+            return {node.name: (node.base_state, node.reason, node.reason_time) for node in self.slurm.nodes()
                     if node.name in wanted and node.reason.startswith("clusterkit")
                     and not node.reason.startswith(LINGER_REASON) and node.base_state in ("down", "drain", "fail")}
         except Exception as error:  # the evidence is a nicety: the controller not answering changes nothing

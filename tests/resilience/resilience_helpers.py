@@ -65,3 +65,17 @@ def run_workers(*argument_lists: list[str], timeout_s: float = 60) -> list[subpr
         stdout, stderr = process.communicate(timeout=timeout_s)
         results.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
     return results
+
+
+def assert_the_ledger_adds_up(handle) -> dict[str, float]:  # noqa: ANN001
+    """`goodput()` of an ended run: its categories add up to its wall-clock within 1 s, from its submission to its
+    last attempt's end; the seconds by category for the test to look at."""
+    from clusterkit.jobs.recoveries import parse_time
+
+    ledger = handle.goodput()
+    status = handle.status()
+    assert abs(sum(ledger.categories.values()) - ledger.wall_s) < 1.0, ledger.to_dict()
+    assert abs(ledger.start - parse_time(handle.record.submitted)) < 1.0
+    assert abs(ledger.end - parse_time(status.attempts[-1].end)) < 1.0, (ledger.end, status)
+    assert ledger.categories["productive"] > 0 and 0 < ledger.goodput < 1, ledger.to_dict()
+    return ledger.categories

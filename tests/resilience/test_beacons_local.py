@@ -17,6 +17,7 @@ from clusterkit.jobs.submit import submit
 from clusterkit.providers.local.cluster import LocalCluster
 from clusterkit.resilience.agent import read_agent_log
 
+from tests.resilience.resilience_helpers import assert_the_ledger_adds_up
 from tests.resilience.test_recovery_local import decisions, training_spec, wait_for_log, workdir  # noqa: F401
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -94,6 +95,8 @@ def test_a_frozen_batch_host_is_marked_down_by_the_agent_and_the_job_resumes_els
     assert recovery.marked_down == (batch_host,) and "liveness beacon silent" in recovery.evidence, recovery
     assert 0 < recovery.seconds_to_resume <= 45 and recovery.resumed_from_step >= 20, recovery
     assert recovery.steps_lost == recovery.last_step_before - recovery.resumed_from_step >= 0, recovery
+    spent = assert_the_ledger_adds_up(handle)
+    assert spent["detection"] > 0 and spent["recovery"] > 0, spent
 
 
 def test_a_hung_rank_with_every_slurmd_alive_is_found_within_the_hang_timeout_and_the_step_retried(
@@ -113,4 +116,5 @@ def test_a_hung_rank_with_every_slurmd_alive_is_found_within_the_hang_timeout_an
     assert retried.resumed_from is not None and retried.resumed_from <= hung.last_step
     acts = [event.event for event in read_agent_log(production_cluster.agent_log) if event.job == handle.job_id]
     assert "marked_down" not in acts and "nodes" not in made[0], (acts, made[0])  # no node was judged bad
+    assert 15 <= assert_the_ledger_adds_up(handle)["hang"] <= 30
     assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest

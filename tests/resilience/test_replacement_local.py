@@ -23,6 +23,7 @@ from clusterkit.providers.local import processes
 from clusterkit.providers.local.cluster import LocalCluster
 from clusterkit.providers.local.replacer import REPLACE_REASON, read_log
 from clusterkit.slurm import AccountingRecord
+from tests.resilience.resilience_helpers import assert_the_ledger_adds_up
 from tests.conftest import uninterrupted_digest_of
 from tests.resilience.test_recovery_local import training_spec, wait_for_log
 
@@ -114,6 +115,7 @@ def test_a_job_that_needs_every_node_resumes_at_full_size_on_the_replacement_bit
     assert recovery.replacement_ready_at is not None and recovery.resumed_at is not None, recovery
     assert recovery.resumed_from_step == resumed_from and recovery.seconds_to_resume > 0, recovery
     assert recovery.steps_lost == recovery.last_step_before - resumed_from >= 0, recovery
+    assert assert_the_ledger_adds_up(handle)["recovery"] >= BOOT_DELAY  # the wait for the replacement is recovery
 
 
 def test_status_says_a_pending_job_waits_for_the_replacement_of_the_node_it_needs(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from clusterkit.jobs.spec import job_from_dict
 from clusterkit.jobs.submit import submit
 
+from tests.resilience.resilience_helpers import assert_the_ledger_adds_up
 from tests.resilience.test_recovery_local import decisions, training_spec, wait_for_log, workdir  # noqa: F401
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -61,3 +62,4 @@ def test_a_crashed_step_node_is_replaced_by_the_spare_in_the_same_allocation_bit
     table = subprocess.run([sys.executable, "-m", "clusterkit", "status", handle.job_id, "--cluster",
                             local_cluster.name], capture_output=True, text=True, check=True).stdout
     assert f"relaunched on {batch_host},{spare}; resumed " in table and re.search(r"\d+ steps? lost", table), table
+    assert assert_the_ledger_adds_up(handle)["detection"] > 0

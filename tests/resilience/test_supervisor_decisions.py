@@ -342,6 +342,7 @@ def test_a_try_whose_supervisor_died_with_its_node_is_ended_by_the_next_attempt(
     assert (failure["decision"], failure["attempt"], failure["nodes"], failure["marked_down"]) == (
         "node_failure", "42.0", ["n1"], ["n1"])
     assert failure["evidence"].endswith("n1: clusterkit agent: n1's liveness beacon silent for 4 s")
+    assert failure["acted_at"] == "2027-01-15T08:00:07"  # when the agent marked it: the reason's time
     ended = parse_tries(runtime.read_decisions(tmp_path / "state" / runtime.TRIES_FILE))[0]
     assert (ended.attempt, ended.ended, ended.last_step, ended.last_time) == ("42.0", None, 12, 2.5)
 
