@@ -158,6 +158,26 @@ def _engine_commands(spec: JobSpec, slurm: Slurm) -> list[Finding]:
                   value=runtime)]
 
 
+@rule
+def nccl_tests_binary(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+    """`clusterkit nccl-test` without an image runs all_reduce_perf from the nodes' file system: it must be there
+    (checked where the cluster's commands run: the local cluster's nodes, or a ParallelCluster head node, which sees
+    shared storage but no compute node's /opt)."""
+    from clusterkit.jobs.nccl_tests import bare_all_reduce_binary
+
+    binary = bare_all_reduce_binary(spec)
+    if binary is None:
+        return []
+    result = slurm.transport.run(["/bin/sh", "-c", 'test -f "$1" && test -x "$1"', "sh", binary], env=slurm.env)
+    if result.returncode == 0:
+        return []
+    return [error("command", f"all_reduce_perf {shorten(binary, PATH_SHOWN_CHARS)!r} is missing or not executable "
+                  f"on {slurm.transport.label}; no clusterkit preset installs nccl-tests on the nodes",
+                  fix="pass --image IMAGE (a GPU image of `clusterkit container dockerfile`, which builds nccl-tests "
+                  "into /opt/nccl-tests), or --binary PATH to an all_reduce_perf on shared storage (/fsx)",
+                  value=binary)]
+
+
 # Runs the supervisor's interpreter as the batch script will: from the job's working directory (which is on
 # `python -m`'s path, and which a relative path starts from; `/` until a remote run's directory is made), with
 # the cluster's PATH and the jobs' environment. 127: no such program; 3: it runs, but without clusterkit

@@ -69,6 +69,7 @@ def job_kinds(name: str) -> dict[str, JobSpec]:
              for runtime, image in images.items()}
     kinds["mpi-none"] = job_from_dict({**base, "launcher": "mpi", "command": ["./hello"]})
     kinds["nccl-tests-image"] = nccl_test_spec(2, instance_type=instance, image=images["pyxis"])
+    kinds["nccl-tests-bare"] = nccl_test_spec(2, instance_type=instance)
     return kinds
 
 
@@ -79,7 +80,7 @@ NEVER_INSTALLED = {"torchrun-apptainer", "neuron-apptainer"}
 
 def _refused(kind: str, name: str) -> bool:
     neuron = find_instance_type(preset(name).queues[0].compute[0].instance_type).accelerator == "neuron"
-    return kind in NEVER_INSTALLED
+    return kind in NEVER_INSTALLED or (kind == "nccl-tests-bare" and not neuron)
 
 
 CASES = [(name, kind) for name in preset_names() for kind in job_kinds(name)]
@@ -173,3 +174,16 @@ def test_without_parallelclusters_config_the_commands_jobs_find_decide(runtime: 
     else:
         (finding,) = found
         assert f"no {missing}" in finding.message and "install" in finding.fix and "runtime: pyxis" in finding.fix
+
+
+def test_nccl_tests_find_a_binary_on_shared_storage(config_path: Path, tmp_path: Path) -> None:
+    binary = tmp_path / "fsx" / "all_reduce_perf"
+    spec = nccl_test_spec(2, instance_type="p5", binary=str(binary))
+    head = HeadNode(render_config(preset("p5")), config_path)
+    (finding,) = errors(preflight.preflight(spec, head, tmp_path))
+    assert finding.path == "command" and "--binary PATH" in finding.fix and "--image" in finding.fix
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\n")
+    assert errors(preflight.preflight(spec, head, tmp_path)) != []  # not executable
+    binary.chmod(0o755)
+    assert errors(preflight.preflight(spec, head, tmp_path)) == []
