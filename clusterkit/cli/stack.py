@@ -43,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     nccl.add_argument("--nodes", type=int, default=2, help="nodes to span (default 2)")
     nccl.add_argument("--instance-type", metavar="TYPE", help="instance type or preset (sets GPUs and the floor)")
     nccl.add_argument("--image", metavar="IMAGE", help="run inside this pyxis image (.sqsh or registry reference)")
+    nccl.add_argument("--binary", metavar="PATH",
+                      help="all_reduce_perf to run, in the image or on the nodes (default: where clusterkit's GPU "
+                      "recipe builds it, /opt/nccl-tests/build)")
     nccl.add_argument("--dry-run", action="store_true", help="print the sbatch script; submit nothing")
     nccl.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the job (default 3600)")
     nccl.set_defaults(handler=run_nccl_test)
@@ -162,7 +165,10 @@ def run_nccl_test(args: argparse.Namespace) -> int:
     from clusterkit.jobs.plan import plan_job
     from clusterkit.stack.nccl_tests import judge_bandwidth
 
-    spec = nccl_test_spec(args.nodes, cluster=args.cluster, instance_type=args.instance_type, image=args.image)
+    from clusterkit.stack.nccl_tests import ALL_REDUCE_BINARY
+
+    spec = nccl_test_spec(args.nodes, cluster=args.cluster, instance_type=args.instance_type, image=args.image,
+                          binary=args.binary or ALL_REDUCE_BINARY)
     plan = plan_job(spec, args.cluster, need_cluster=not args.dry_run, preflight=not args.dry_run)
     if args.dry_run:
         from clusterkit.cli.jobs import print_plan

@@ -30,6 +30,14 @@ PYXIS_ENROOT = "pyxis-enroot.sh"
 NEURON = "neuron.sh"
 CLUSTERKIT_VENV = "clusterkit-venv.sh"
 CLUSTERKIT_AGENT = "clusterkit-agent.sh"
+DOCKER = "docker.sh"
+
+# Docker's engine and NVIDIA's container toolkit on the compute nodes (docker.sh), for `runtime: docker` jobs.
+DOCKER_VERSION = "28.5.2"
+NVIDIA_CONTAINER_TOOLKIT_VERSION = "1.18.2"
+# Where ParallelCluster keeps the cluster's configuration on its head node (and every node): the preflight reads
+# which of clusterkit's node scripts each queue runs there.
+PARALLELCLUSTER_CONFIG = "/opt/parallelcluster/shared/cluster-config.yaml"
 
 # The Neuron packages of Neuron SDK 2.28.0 (Trn1): the driver the node needs, and the runtime,
 # collectives and tools for jobs run without a container. The container recipes pin the same release
@@ -119,6 +127,20 @@ def uploads(config: dict[str, Any]) -> dict[str, NodeScript]:
         script = node_script(match["name"])
         if script.sha256 == match["sha"]:
             found[url] = script
+    return found
+
+
+def queue_scripts(config: dict[str, Any], queue: str) -> dict[str, list[str]]:
+    """clusterkit's node scripts (by name, any version) that a queue's nodes run when configured, with their args."""
+    found: dict[str, list[str]] = {}
+    for rendered in config.get("Scheduling", {}).get("SlurmQueues", []) or []:
+        if not isinstance(rendered, dict) or rendered.get("Name") != queue:
+            continue
+        actions = (rendered.get("CustomActions") or {}).get("OnNodeConfigured") or {}
+        for action in actions.get("Sequence", [actions]) if isinstance(actions, dict) else []:
+            match = _URL_RE.fullmatch(str(action.get("Script", ""))) if isinstance(action, dict) else None
+            if match is not None:
+                found[match["name"]] = [str(arg) for arg in action.get("Args", []) or []]
     return found
 
 

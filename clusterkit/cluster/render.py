@@ -235,7 +235,8 @@ def _queue(spec: ClusterSpec, queue: QueueSpec) -> Config:
     # Several subnets (Availability Zones) take the flexible `Instances` form, never InstanceType.
     rendered["ComputeResources"] = [_compute_resource(queue, compute, flexible=len(subnets) > 1)
                                     for compute in queue.compute]
-    setup = [script for script in (_neuron(spec, queue), _pyxis(spec, "compute", queue.instance_facts())) if script]
+    setup = [script for script in (_neuron(spec, queue), _pyxis(spec, "compute", queue.instance_facts()),
+                                   _docker(spec, queue)) if script]
     actions = _custom_actions(queue.custom_actions, setup)
     if actions:
         rendered["CustomActions"] = actions
@@ -356,6 +357,23 @@ def _neuron(spec: ClusterSpec, queue: QueueSpec) -> ScriptSpec | None:
         return None
     script = node_scripts.node_script(node_scripts.NEURON)
     args = [word for package, version in node_scripts.NEURON_PACKAGES.items() for word in (f"--{package}", version)]
+    return ScriptSpec(script=script.url(scripts_bucket(spec)), args=args)
+
+
+def installs_docker(spec: ClusterSpec) -> bool:
+    """Whether clusterkit installs docker on the compute nodes (its node script knows Ubuntu's packages only)."""
+    if spec.docker.install is not None:
+        return spec.docker.install
+    return spec.os.startswith("ubuntu") and not spec.image.custom_ami
+
+
+def _docker(spec: ClusterSpec, queue: QueueSpec) -> ScriptSpec | None:
+    if not installs_docker(spec):
+        return None
+    script = node_scripts.node_script(node_scripts.DOCKER)
+    args = ["--docker", node_scripts.DOCKER_VERSION]
+    if any(facts.accelerator == "gpu" for facts in queue.instance_facts()):
+        args += ["--nvidia-container-toolkit", node_scripts.NVIDIA_CONTAINER_TOOLKIT_VERSION]
     return ScriptSpec(script=script.url(scripts_bucket(spec)), args=args)
 
 

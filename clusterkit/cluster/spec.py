@@ -321,6 +321,16 @@ class NeuronSpec:
     install: bool | None = None
 
 
+@lean_dataclass
+class DockerSpec:
+    """The Docker engine on the compute nodes, and NVIDIA's container toolkit on GPU queues, for `runtime: docker`
+    jobs (ParallelCluster's AMIs carry neither). Installed by clusterkit's node script on Ubuntu.
+
+    None: installed on every queue of an Ubuntu cluster, unless it boots a custom AMI (which brings its own)."""
+
+    install: bool | None = None
+
+
 ACCOUNTING_CREATE = "create"
 ACCOUNTING_NONE = "none"
 
@@ -406,6 +416,7 @@ class ClusterSpec:
     storage: StorageSpec = field(default_factory=StorageSpec)
     pyxis: PyxisSpec = field(default_factory=PyxisSpec)
     neuron: NeuronSpec = field(default_factory=NeuronSpec)
+    docker: DockerSpec = field(default_factory=DockerSpec)
     slurm: SlurmSpec = field(default_factory=SlurmSpec)
     monitoring: MonitoringSpec = field(default_factory=MonitoringSpec)
     clusterkit: ClusterkitSpec = field(default_factory=ClusterkitSpec)

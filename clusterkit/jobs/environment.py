@@ -12,6 +12,8 @@ aws-ofi-nccl and NCCL; docs/reference-parity.md lists every setting with its sou
   would not find it by itself (`stack_versions.tuner_interface`, `nccl_finds_tuner`): aws-ofi-nccl 1.8-1.15
   ship it as a library of their own; from 1.16 it is inside the net plugin, which NCCL >= 2.21 searches.
 - Trainium2: NEURON_LOGICAL_NC_CONFIG, the logical NeuronCore size the ranks per node are counted in.
+- Launchers: PMIX_MCA_gds=hash for MPI (PMIx) steps in containers; NEURON_RT_STOCHASTIC_ROUNDING_EN=1 for Neuron
+  training.
 No RDMAV_* variable is ever set. The job spec's own `env` overrides every preset.
 """
 
@@ -146,6 +148,13 @@ def job_environment(spec: JobSpec) -> JobEnvironment:
     variables = dict(preset.variables)
     if any(name in spec.env for name in TUNER_CONFLICTS):
         variables.pop("NCCL_TUNER_PLUGIN", None)  # the tuner would refuse to load (the rules warn)
+    if spec.launcher.kind == "mpi" and spec.container.runtime != "none":
+        # PMIx's shared-memory store is out of reach inside a container and its clients fail at init
+        # (open-mpi/ompi#7516): the hash store works everywhere (as AWS's reference images set it).
+        variables["PMIX_MCA_gds"] = "hash"
+    if spec.launcher.kind == "neuron":
+        # Stochastic rounding keeps BF16 training converging (AWS's Trainium fine-tuning samples set it).
+        variables["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1"
     variables.update(run_environment(spec))
     variables.update(spec.env)
     if spec.launcher.kind == "neuron":

@@ -37,12 +37,24 @@ def _nccom_command(instance: InstanceType, nodes: int) -> list[str]:
     return ["bash", "-c", script, "nccom-test"]
 
 
+NCCL_TESTS_JOB = "nccl-tests"  # the job's name, and the $0 of the wrapper that prints each node's instance
+
+
+def bare_all_reduce_binary(spec: JobSpec) -> str | None:
+    """The all_reduce_perf a job made by nccl_test_spec runs from the nodes' own file system (no image), or None."""
+    args = spec.command.args
+    if (spec.container.runtime == "none" and spec.command.script == "bash" and len(args) > 3
+            and args[:3] == ("-c", PRINT_INSTANCE, NCCL_TESTS_JOB)):
+        return args[3]
+    return None
+
+
 def nccl_test_spec(nodes: int, *, cluster: str | None = None, instance_type: str | None = None,
                    image: str | None = None, binary: str = ALL_REDUCE_BINARY) -> JobSpec:
     """A job spec running all_reduce_perf (GPU) or nccom-test (Trainium) across `nodes` nodes."""
     from clusterkit.jobs.spec import job_from_dict
 
-    data: dict = {"name": "nccl-tests", "nodes": nodes, "exclusive": True, "requeue": False,
+    data: dict = {"name": NCCL_TESTS_JOB, "nodes": nodes, "exclusive": True, "requeue": False,
                   "logs": {"output": "logs/%x_%j.out"}}
     if cluster:
         data["cluster"] = cluster
@@ -55,7 +67,7 @@ def nccl_test_spec(nodes: int, *, cluster: str | None = None, instance_type: str
         data.update(launcher="srun", processes_per_node=1, command=_nccom_command(facts, nodes))
     else:
         data.update(launcher={"type": "mpi", "cpu_bind": "none"},
-                    command=["bash", "-c", PRINT_INSTANCE, "nccl-tests", binary, *all_reduce_args(facts)])
+                    command=["bash", "-c", PRINT_INSTANCE, NCCL_TESTS_JOB, binary, *all_reduce_args(facts)])
     return job_from_dict(data)
 
 

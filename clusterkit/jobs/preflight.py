@@ -15,6 +15,8 @@ import re
 import sys
 from pathlib import Path
 
+from clusterkit.catalog import find_instance_type
+from clusterkit.cluster.node_scripts import DOCKER, PARALLELCLUSTER_CONFIG, queue_scripts
 from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Finding, error, shorten, warning
 from clusterkit.jobs.spec import JobSpec
@@ -71,6 +73,109 @@ def image(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) ->
     return [error("container.image", f"image file {str(path)!r} is missing or not readable",
                   fix="import it first (enroot import -o NAME.sqsh dockerd://IMAGE) onto shared storage",
                   value=image)]
+
+
+def parallelcluster_config(transport: Transport) -> dict | None:
+    """ParallelCluster's configuration of the cluster, read on its head node; None where there is none (a local
+    cluster, one ParallelCluster did not make) or it cannot be read as one."""
+    result = transport.run(["cat", "--", PARALLELCLUSTER_CONFIG])
+    if result.returncode != 0:
+        return None
+    import yaml  # lazy: only a container job on a cluster reads it
+
+    try:
+        config = yaml.safe_load(result.stdout.decode(errors="replace"))
+    except yaml.YAMLError:
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def _queue(config: dict, partition: str | None) -> tuple[str, list[str]]:
+    """The job's queue (the named partition, else the first queue: Slurm's default) and its instance types."""
+    queues = [q for q in config.get("Scheduling", {}).get("SlurmQueues", []) or [] if isinstance(q, dict)]
+    queue = next((q for q in queues if q.get("Name") == partition), None) if partition else (queues or [None])[0]
+    if queue is None:
+        return partition or "", []
+    types = [str(instance.get("InstanceType")) for compute in queue.get("ComputeResources", []) or []
+             for instance in ([compute] + list(compute.get("Instances", []) or [])) if instance.get("InstanceType")]
+    return str(queue.get("Name")), types
+
+
+_CONTAINER_FIX = ("use runtime: pyxis (the same image through enroot: dockerd://IMAGE or a .sqsh file), "
+                  "or create the cluster with docker.install: true (clusterkit's docker node script)")
+
+
+@rule
+def container_engine(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+    """docker (with NVIDIA's container toolkit on GPUs) or apptainer must be on the nodes the job runs on: read
+    from the node scripts ParallelCluster runs on the job's queue, else (a local cluster, one ParallelCluster
+    did not make) from the commands the cluster's jobs find."""
+    runtime = spec.container.runtime
+    if runtime not in ("docker", "apptainer"):
+        return []
+    cluster_config = parallelcluster_config(slurm.transport)
+    if cluster_config is None:
+        return _engine_commands(spec, slurm)
+    queue, types = _queue(cluster_config, spec.partition)
+    gpu = any(facts is not None and facts.accelerator == "gpu" for facts in map(find_instance_type, types))
+    docker = queue_scripts(cluster_config, queue).get(DOCKER)
+    if runtime == "docker" and docker is not None and (not gpu or "--nvidia-container-toolkit" in docker):
+        return []
+    if runtime == "docker" and docker is not None:
+        problem = ("installs docker without NVIDIA's container toolkit on its GPU nodes: `docker run --gpus all` "
+                   "would fail")
+    elif runtime == "docker":
+        problem = "installs no docker on its nodes (clusterkit's docker node script is not among their actions)"
+    else:
+        problem = "installs no apptainer on its nodes (no clusterkit node script does)"
+    fix = (_CONTAINER_FIX if runtime == "docker" else
+           "use runtime: pyxis or docker, or boot a custom AMI that has apptainer")
+    message = f"queue {queue!r} of this ParallelCluster cluster {problem}"
+    if cluster_config.get("Image", {}).get("CustomAmi"):
+        return [warning("container.runtime", f"{message}; its custom AMI may bring it", fix=fix, value=runtime)]
+    return [error("container.runtime", f"{message}: the job would fail at its start", fix=fix, value=runtime)]
+
+
+# The commands a container runtime runs on the nodes; `nvidia-container-cli` is what docker's --gpus calls.
+_ENGINE_COMMANDS = {"docker": ("docker",), "apptainer": ("apptainer",)}
+_GPU_COMMANDS = {"docker": ("nvidia-container-cli",), "apptainer": ()}
+_COMMANDS_PROBE = 'for c in "$@"; do command -v -- "$c" >/dev/null 2>&1 || echo "$c"; done'
+
+
+def _engine_commands(spec: JobSpec, slurm: Slurm) -> list[Finding]:
+    runtime = spec.container.runtime
+    facts = spec.instance_facts
+    commands = _ENGINE_COMMANDS[runtime] + (_GPU_COMMANDS[runtime] if facts and facts.accelerator == "gpu" else ())
+    result = slurm.transport.run(["/bin/sh", "-c", _COMMANDS_PROBE, "sh", *commands], env=slurm.env)
+    missing = result.stdout.decode(errors="replace").split()
+    if not missing:
+        return []
+    what = ("NVIDIA's container toolkit (nvidia-container-cli)" if missing == ["nvidia-container-cli"]
+            else " and ".join(missing))
+    alternative = "pyxis" if runtime == "docker" else "pyxis or docker"
+    return [error("container.runtime", f"{slurm.transport.label} has no {what} on the PATH jobs get: the job would "
+                  "fail at its start", fix=f"install {what} on every node, or use runtime: {alternative}",
+                  value=runtime)]
+
+
+@rule
+def nccl_tests_binary(spec: JobSpec, slurm: Slurm, config: dict[str, str], workdir: Path) -> list[Finding]:
+    """`clusterkit nccl-test` without an image runs all_reduce_perf from the nodes' file system: it must be there
+    (checked where the cluster's commands run: the local cluster's nodes, or a ParallelCluster head node, which sees
+    shared storage but no compute node's /opt)."""
+    from clusterkit.jobs.nccl_tests import bare_all_reduce_binary
+
+    binary = bare_all_reduce_binary(spec)
+    if binary is None:
+        return []
+    result = slurm.transport.run(["/bin/sh", "-c", 'test -f "$1" && test -x "$1"', "sh", binary], env=slurm.env)
+    if result.returncode == 0:
+        return []
+    return [error("command", f"all_reduce_perf {shorten(binary, PATH_SHOWN_CHARS)!r} is missing or not executable "
+                  f"on {slurm.transport.label}; no clusterkit preset installs nccl-tests on the nodes",
+                  fix="pass --image IMAGE (a GPU image of `clusterkit container dockerfile`, which builds nccl-tests "
+                  "into /opt/nccl-tests), or --binary PATH to an all_reduce_perf on shared storage (/fsx)",
+                  value=binary)]
 
 
 # Runs the supervisor's interpreter as the batch script will: from the job's working directory (which is on

@@ -95,8 +95,8 @@ SHELL_CONTROL_VARIABLES = ("BASH_ENV", "ENV", "IFS", "SHELLOPTS", "BASHOPTS", "P
                            "BASH_XTRACEFD", "PROMPT_COMMAND", "POSIXLY_CORRECT")
 # Shared file systems: paths under them inside a container exist there only when mounted.
 SHARED_STORAGE_ROOTS = ("/fsx", "/efs", "/shared", "/home")
-# Mounted into every container by default: apptainer binds $HOME and /tmp; pyxis mounts the home
-# directory only where enroot is configured to (ENROOT_MOUNT_HOME), docker nothing.
+# Mounted into every container by default: apptainer binds $HOME and /tmp; pyxis nothing (the script passes
+# --no-container-mount-home), docker nothing.
 DEFAULT_CONTAINER_MOUNTS = {"pyxis": (), "apptainer": ("/home", "/tmp"), "docker": ()}
 NEURON_BF16_VARIABLES = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
 

@@ -339,6 +339,30 @@ def check_efa_devices(probe: Probe, node: Node) -> CheckResult:
     return CheckResult(name, layer, Status.PASS, f"{found} of {expected} EFA devices ({detail})")
 
 
+# EFA registers the memory it sends from: below this locked-memory limit libfabric's registrations fail. AWS's GPU
+# cluster health check warns below 16 GiB (awsome-distributed-ai 4.validation_and_observability/
+# 2.gpu-cluster-healthcheck/checks/2-efa-enumeration.sh); ParallelCluster's nodes give unlimited.
+MIN_MEMLOCK_BYTES = 16 << 30
+_MEMLOCK_LINE = re.compile(r"^Max locked memory\s+(\S+)\s+\S+\s+bytes", re.MULTILINE)
+
+
+def check_memlock(probe: Probe, node: Node) -> CheckResult:
+    """The locked-memory limit where this runs (a job's task, or the health program beside it): a warning, not a
+    failure, since every node of a cluster shares it and draining them all would help nobody."""
+    name, layer = "memlock", "ami"
+    if node.instance is not None and not node.instance.efa:
+        return CheckResult(name, layer, Status.SKIP, f"{node.instance.name} has no EFA")
+    match = _MEMLOCK_LINE.search(probe.read_text("/proc/self/limits") or "")
+    if match is None:
+        return CheckResult(name, layer, Status.SKIP, "no /proc/self/limits to read")
+    soft = match.group(1)
+    if soft == "unlimited" or (soft.isdigit() and int(soft) >= MIN_MEMLOCK_BYTES):
+        return CheckResult(name, layer, Status.PASS, f"locked-memory limit {soft}")
+    return CheckResult(name, layer, Status.WARN, f"locked-memory limit {soft} bytes, below 16 GiB: EFA cannot "
+                       "register its buffers", "set memlock unlimited (limits.conf, and LimitMEMLOCK=infinity in "
+                       "slurmd's unit; docker: --ulimit memlock=-1)")
+
+
 def check_libfabric_efa(probe: Probe, node: Node) -> CheckResult:
     name, layer = "libfabric efa provider", "container"
     if node.instance is not None and not node.instance.efa:
@@ -416,9 +440,9 @@ check_neuron_runtime = _neuron_library_check("neuron runtime", "libnrt", "aws-ne
 check_neuron_collectives = _neuron_library_check("neuron collectives", "libnccom", "aws-neuronx-collectives")
 
 GPU_CHECKS: tuple[Check, ...] = (check_nvidia_driver, check_fabric_manager, check_container_toolkit, check_efa_devices,
-                                 check_libfabric_efa, check_nccl, check_ofi_nccl, check_cuda_driver, check_cudnn,
+                                 check_memlock, check_libfabric_efa, check_nccl, check_ofi_nccl, check_cuda_driver, check_cudnn,
                                  check_torch_devices)
-NEURON_CHECKS: tuple[Check, ...] = (check_neuron_driver, check_efa_devices, check_libfabric_efa, check_neuron_tools,
+NEURON_CHECKS: tuple[Check, ...] = (check_neuron_driver, check_efa_devices, check_memlock, check_libfabric_efa, check_neuron_tools,
                                     check_neuron_runtime, check_neuron_collectives)
 # With no accelerator, the network checks still apply; the rest are listed as skipped.
 NO_ACCELERATOR_SKIPPED = ("nvidia driver", "neuron driver", "nccl", "aws-ofi-nccl plugin", "neuron runtime")

@@ -18,6 +18,8 @@ import os
 import re
 import socket
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,20 +102,37 @@ def check_device_errors(node: str) -> HealthResult:
     return HealthResult("gpu-errors", not evidence, "; ".join(evidence) or "none")
 
 
-def host_layer_results(probe: Probe | None = None) -> list[HealthResult]:
+# p5en's EFA devices can show up after the node is up: AWS's GPU cluster health check counts them again up to 3
+# times, 5 s apart, before it fails the node (awsome-distributed-ai, 4.validation_and_observability/
+# 2.gpu-cluster-healthcheck/checks/2-efa-enumeration.sh), so a healthy node checked at boot is not drained.
+LATE_EFA_FAMILIES = ("p5en",)
+LATE_EFA_RETRIES = 3
+LATE_EFA_WAIT_S = 5.0
+
+
+def host_layer_results(probe: Probe | None = None, sleep: Callable[[float], None] = time.sleep) -> list[HealthResult]:
     """Doctor's checks of what belongs on the host (driver, fabric manager, EFA devices, Neuron
     driver): the container's layers are not there when this runs beside the job, so they don't count."""
-    from clusterkit.stack.doctor import Status, run_checks
+    from clusterkit.stack.doctor import Status, checks_for_node, examine_node
     from clusterkit.stack.probe import SystemProbe
 
-    results = run_checks(probe or SystemProbe(), expect_instance_type=os.environ.get(INSTANCE_TYPE_ENV) or None)
+    probe = probe or SystemProbe()
+    node = examine_node(probe, expect_instance_type=os.environ.get(INSTANCE_TYPE_ENV) or None)
+    results = checks_for_node(probe, node)
+    late = node.instance is not None and node.instance.name.split(".")[0] in LATE_EFA_FAMILIES
+    for _ in range(LATE_EFA_RETRIES if late else 0):
+        if not any(r.name == "efa devices" and r.status is Status.FAIL for r in results):
+            break
+        sleep(LATE_EFA_WAIT_S)
+        results = checks_for_node(probe, node)
     return [HealthResult(r.name, r.status is not Status.FAIL, r.detail) for r in results
             if r.layer == "ami" and r.status is not Status.SKIP]
 
 
-def run_health_checks(node: str | None = None, probe: Probe | None = None) -> list[HealthResult]:
+def run_health_checks(node: str | None = None, probe: Probe | None = None,
+                      sleep: Callable[[float], None] = time.sleep) -> list[HealthResult]:
     node = node or node_name()
-    return [check_injected_fault(node), check_device_errors(node), *host_layer_results(probe)]
+    return [check_injected_fault(node), check_device_errors(node), *host_layer_results(probe, sleep)]
 
 
 def main(argv: list[str] | None = None) -> int:

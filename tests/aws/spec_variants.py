@@ -462,6 +462,8 @@ VARIANTS: list[Variant] = [
     V("pyxis-off", {"pyxis.enabled": False}),
     V("pyxis-enroot-dir", {"pyxis.enroot_dir": "/scratch/containers"}),
     V("pyxis-enroot-on-fsx", {"pyxis.enroot_dir": "/fsx/enroot"}),
+    V("docker-off", {"docker.install": False}),
+    V("docker-with-custom-ami", {"image.custom_ami": lambda w: w.custom_ami, "docker.install": True}),
     V("scripts-bucket", {"scripts_bucket": "team-cluster-scripts"}),
     V("neuron-off", {f"{CR}.instance_type": "trn1.32xlarge", "neuron.install": False}),
     V("neuron-with-custom-ami", {f"{CR}.instance_type": "trn1.32xlarge", "image.custom_ami": lambda w: w.custom_ami,
@@ -547,6 +549,9 @@ STRICTER: list[Stricter] = [
     Stricter(V("pyxis-enroot-etc", {"pyxis.enroot_dir": "/etc"}),
              "the enroot directory reaches a root node script that makes it writable by every user (mode 1777): "
              "/etc so, and every user is root"),
+    Stricter(V("docker-on-alinux", {"os": "alinux2023", "docker.install": True}),
+             "clusterkit's docker node script installs Docker's Ubuntu packages: every alinux2023 node would fail "
+             "its configuration"),
     Stricter(V("pyxis-enroot-on-mount-point", {"pyxis.enroot_dir": "/fsx"}),
              "the same for the root of the shared file system"),
     Stricter(V("mount-dir-usr-local", {f"{FSX}.mount_dir": "/usr/local"}),

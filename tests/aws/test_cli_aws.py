@@ -311,12 +311,13 @@ def test_create_uploads_clusterkits_node_scripts_to_their_content_addressed_keys
     plan = json.loads(out)["plan"]
     bucket = f"clusterkit-123456789012-{REGION}"
     script, install = node_script("pyxis-enroot.sh"), node_script("clusterkit-venv.sh")
-    agent = node_script("clusterkit-agent.sh")
+    agent, docker = node_script("clusterkit-agent.sh"), node_script("docker.sh")
     assert plan["uploads"] == {script.url(bucket): str(script.path), install.url(bucket): str(install.path),
-                               agent.url(bucket): str(agent.path)}
+                               agent.url(bucket): str(agent.path), docker.url(bucket): str(docker.path)}
     assert f"upload pyxis-enroot.sh to {script.url(bucket)}" in plan["actions"]
     s3 = boto3.client("s3", region_name=REGION)
     assert s3.get_object(Bucket=bucket, Key=script.key)["Body"].read() == script.path.read_bytes()
+    assert s3.get_object(Bucket=bucket, Key=docker.key)["Body"].read() == docker.path.read_bytes()
     assert s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]["BlockPublicPolicy"]
     created = backend.calls[-1][2]
     assert [action["Script"] for action in created["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"]] == \

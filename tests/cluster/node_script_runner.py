@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Commands the node scripts call that change a real machine: each fake appends its argv to calls.log.
-FAKE_COMMANDS = ("scontrol", "systemctl", "apt-get", "apt-mark", "curl", "gpg", "rpm", "dnf", "yum", "modprobe")
+FAKE_COMMANDS = ("scontrol", "systemctl", "apt-get", "apt-mark", "curl", "gpg", "rpm", "dnf", "yum", "modprobe",
+                 "nvidia-ctk", "usermod", "getent")
 # Real tools the scripts need (found on this machine), offered without the rest of PATH.
 REAL_TOOLS = ("bash", "sed", "tr", "grep", "install", "mv", "chmod", "cat", "mkdir", "dirname", "env", "cp",
               "id", "stat", "mountpoint",
@@ -66,6 +67,10 @@ def make_node(base: Path, apt: bool = True, os_release: str = "ID=ubuntu\nVERSIO
                       'if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && '
                       'echo "home = /usr/bin" > "$3/pyvenv.cfg"; fi\n')
     python.chmod(0o755)
+    if apt:  # dpkg: the node's architecture, as Ubuntu on x86_64 prints it
+        dpkg = bin_dir / "dpkg"
+        dpkg.write_text("#!/bin/bash\necho amd64\n")
+        dpkg.chmod(0o755)
     uname = bin_dir / "uname"
     uname.write_text("#!/bin/bash\necho 6.8.0-1021-aws\n")
     uname.chmod(0o755)

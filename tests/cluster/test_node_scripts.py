@@ -12,9 +12,10 @@ from tests.cluster.node_script_runner import Node, make_node, run_script, shippe
 from tests.tools import shellcheck
 
 from clusterkit.cluster import preset, render_config
-from clusterkit.cluster.node_scripts import NEURON_PACKAGES, NEURON_SDK, node_script, uploads
+from clusterkit.cluster.node_scripts import (DOCKER_VERSION, NEURON_PACKAGES, NEURON_SDK,
+                                             NVIDIA_CONTAINER_TOOLKIT_VERSION, node_script, uploads)
 
-SCRIPTS = ("pyxis-enroot.sh", "neuron.sh", "clusterkit-venv.sh", "clusterkit-agent.sh")
+SCRIPTS = ("pyxis-enroot.sh", "neuron.sh", "clusterkit-venv.sh", "clusterkit-agent.sh", "docker.sh")
 
 
 def _mode(path: Path) -> int:
@@ -120,6 +121,67 @@ def test_neuron_refuses_bad_arguments(tmp_path: Path, args: list[str]) -> None:
     assert result.returncode == 2 and result.stderr.startswith("neuron.sh: ") and node.calls() == []
 
 
+JAMMY = 'NAME="Ubuntu"\nID=ubuntu\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\n'
+DOCKER_PACKAGE = f"5:{DOCKER_VERSION}-1~ubuntu.22.04~jammy"
+
+
+def test_docker_on_a_gpu_node_installs_the_pinned_engine_and_nvidia_toolkit(tmp_path: Path) -> None:
+    node = make_node(tmp_path, os_release=JAMMY)
+    args = ["--docker", DOCKER_VERSION, "--nvidia-container-toolkit", NVIDIA_CONTAINER_TOOLKIT_VERSION]
+    result = run_script(node, shipped("docker.sh"), args)
+    assert result.returncode == 0, result.stderr
+    assert (node.root / "etc/apt/sources.list.d/docker.list").read_text() == (
+        "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.gpg] https://download.docker.com/linux/ubuntu jammy "
+        "stable\n")
+    assert (node.root / "etc/apt/sources.list.d/nvidia-container-toolkit.list").read_text() == (
+        "deb [signed-by=/etc/apt/keyrings/nvidia-container-toolkit.gpg] "
+        "https://nvidia.github.io/libnvidia-container/stable/deb/amd64 /\n")
+    toolkit = f"{NVIDIA_CONTAINER_TOOLKIT_VERSION}-1"
+    calls = node.calls()
+    assert ["apt-get", "install", "-y", f"docker-ce={DOCKER_PACKAGE}", f"docker-ce-cli={DOCKER_PACKAGE}",
+            "containerd.io", f"nvidia-container-toolkit={toolkit}", f"nvidia-container-toolkit-base={toolkit}",
+            f"libnvidia-container-tools={toolkit}", f"libnvidia-container1={toolkit}"] in calls
+    assert ["apt-mark", "hold", "docker-ce", "docker-ce-cli", "nvidia-container-toolkit",
+            "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"] in calls
+    # The runtime is registered before docker restarts (daemon.json is read at start).
+    assert calls.index(["nvidia-ctk", "runtime", "configure", "--runtime=docker"]) < calls.index(
+        ["systemctl", "restart", "docker"])
+    assert calls[-1] == ["usermod", "-aG", "docker", "ubuntu"]
+
+
+def test_docker_on_a_node_without_gpus_installs_no_toolkit(tmp_path: Path) -> None:
+    node = make_node(tmp_path, os_release=JAMMY)
+    result = run_script(node, shipped("docker.sh"), ["--docker", DOCKER_VERSION])
+    assert result.returncode == 0, result.stderr
+    assert not (node.root / "etc/apt/sources.list.d/nvidia-container-toolkit.list").exists()
+    calls = node.calls()
+    assert ["apt-get", "install", "-y", f"docker-ce={DOCKER_PACKAGE}", f"docker-ce-cli={DOCKER_PACKAGE}",
+            "containerd.io"] in calls
+    assert not any(call[0] == "nvidia-ctk" for call in calls)
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["--docker"],
+    ["--docker", "28.5"],
+    ["--docker", "28.5.2; reboot"],
+    ["--docker", "$(id)"],
+    ["--docker", DOCKER_VERSION, "--nvidia-container-toolkit", "1.18.2-1\ntouch /tmp/pwned"],
+    ["--docker", DOCKER_VERSION, "--extra", "x"],
+])
+def test_docker_refuses_bad_arguments_and_changes_nothing(tmp_path: Path, args: list[str]) -> None:
+    node = make_node(tmp_path, os_release=JAMMY)
+    result = run_script(node, shipped("docker.sh"), args)
+    assert result.returncode == 2 and result.stderr.startswith("docker.sh: ") and node.calls() == []
+    assert not (node.root / "etc/apt/sources.list.d").exists()
+
+
+def test_docker_refuses_a_node_that_is_not_ubuntu(tmp_path: Path) -> None:
+    node = make_node(tmp_path, apt=False, os_release="ID=amzn\nVERSION_ID=2023\n")
+    result = run_script(node, shipped("docker.sh"), ["--docker", DOCKER_VERSION])
+    assert result.returncode == 2 and "Ubuntu nodes only" in result.stderr and node.calls() == []
+
+
 def test_the_node_packages_are_the_container_recipes_neuron_release() -> None:
     """The node's Neuron runtime, collectives and tools are the release the Neuron images are built from."""
     from clusterkit.stack.recipes import NEURON_DEFAULTS
@@ -133,7 +195,7 @@ def test_uploads_are_exactly_the_shipped_scripts_a_config_runs() -> None:
     config = render_config(preset("trn1"))
     found = uploads(config)
     assert sorted(script.name for script in found.values()) == ["clusterkit-agent.sh", "clusterkit-venv.sh",
-                                                                "neuron.sh", "pyxis-enroot.sh"]
+                                                                "docker.sh", "neuron.sh", "pyxis-enroot.sh"]
     for url, script in found.items():
         assert url == script.url("clusterkit-000000000000-us-east-1") and f"sha256-{script.sha256}" in url
     # A URL naming another hash is not one of this clusterkit's scripts: nothing to upload for it.

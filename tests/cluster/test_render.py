@@ -11,7 +11,8 @@ import yaml
 from tests.cluster.cluster_spec_helpers import RESERVATION, SUBNET, base_data, set_field, with_fields
 
 from clusterkit.cluster import load_spec_data, preset, preset_names, render, render_config
-from clusterkit.cluster.node_scripts import node_script
+from clusterkit.cluster.node_scripts import (DOCKER_VERSION, NVIDIA_CONTAINER_TOOLKIT_VERSION, node_script,
+                                             queue_scripts)
 
 from tests.golden import assert_matches_golden
 
@@ -86,12 +87,28 @@ def test_pyxis_and_user_actions_run_in_sequence() -> None:
                                                                           "args": ["-x"]}]}})
     sequence = config["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]["Sequence"]
     assert sequence[0]["Args"] == ["--role", "compute", "--enroot-dir", "/scratch/enroot"]  # p4de has NVMe
-    assert sequence[1] == {"Script": "s3://b/setup.sh", "Args": ["-x"]}
+    assert sequence[1]["Script"].endswith("/docker.sh")
+    assert sequence[1]["Args"] == ["--docker", DOCKER_VERSION, "--nvidia-container-toolkit",
+                                   NVIDIA_CONTAINER_TOOLKIT_VERSION]  # GPUs: docker run --gpus
+    assert sequence[2] == {"Script": "s3://b/setup.sh", "Args": ["-x"]}
     pyxis, install, agent = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"]
     assert pyxis["Args"] == ["--role", "head", "--enroot-dir", "/var/enroot"]  # c5.9xlarge has none
     assert install["Script"].endswith("/clusterkit-venv.sh") and agent["Script"].endswith("/clusterkit-agent.sh")
-    cpu = config["Scheduling"]["SlurmQueues"][1]["CustomActions"]["OnNodeConfigured"]
-    assert cpu["Args"][-1] == "/var/enroot"
+    cpu_pyxis, cpu_docker = config["Scheduling"]["SlurmQueues"][1]["CustomActions"]["OnNodeConfigured"]["Sequence"]
+    assert cpu_pyxis["Args"][-1] == "/var/enroot"
+    assert cpu_docker["Args"] == ["--docker", DOCKER_VERSION]  # no GPUs, no toolkit
+
+
+@pytest.mark.parametrize(("changes", "installed"), [
+    ({}, True), ({"docker.install": False}, False), ({"os": "alinux2023"}, False),
+    ({"image.custom_ami": "ami-0123456789abcdef0"}, False),
+    ({"image.custom_ami": "ami-0123456789abcdef0", "docker.install": True}, True),
+])
+def test_docker_is_installed_on_ubuntu_unless_turned_off_or_a_custom_ami_brings_it(changes: dict,
+                                                                                   installed: bool) -> None:
+    config = _config(changes)
+    for queue in config["Scheduling"]["SlurmQueues"]:
+        assert ("docker.sh" in queue_scripts(config, queue["Name"])) is installed
 
 
 def test_node_scripts_are_clusterkits_own_pinned_by_content_hash() -> None:
@@ -111,7 +128,7 @@ def test_node_scripts_are_clusterkits_own_pinned_by_content_hash() -> None:
 
 
 def test_pyxis_and_clusterkit_off_leave_no_custom_actions() -> None:
-    config = _config({"pyxis.enabled": False, "clusterkit.install": False})
+    config = _config({"pyxis.enabled": False, "clusterkit.install": False, "docker.install": False})
     assert "CustomActions" not in config["HeadNode"]
     assert "CustomActions" not in config["Scheduling"]["SlurmQueues"][0]
     assert "S3Access" not in config["HeadNode"]["Iam"]

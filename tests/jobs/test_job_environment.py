@@ -143,3 +143,24 @@ def test_versions_written_as_yaml_numbers_get_their_own_settings() -> None:
     variables = job_environment(spec).variables
     # Read as 1.1 and 1.2 they would count as legacy: device RDMA forced on and the simple protocol.
     assert "FI_EFA_USE_DEVICE_RDMA" not in variables and "NCCL_PROTO" not in variables
+
+
+@pytest.mark.parametrize(("launcher", "runtime", "expected"), [
+    ("mpi", "pyxis", "hash"), ("mpi", "docker", "hash"), ("mpi", "apptainer", "hash"), ("mpi", "none", None),
+    ("torchrun", "pyxis", None), ("srun", "docker", None),
+])
+def test_pmix_steps_in_containers_use_the_hash_store(launcher: str, runtime: str, expected: str | None) -> None:
+    container = {"runtime": runtime, "image": "img:1"} if runtime != "none" else {}
+    spec = make_spec(instance="p5", launcher=launcher, command=["./all_reduce_perf"], container=container)
+    assert job_environment(spec).variables.get("PMIX_MCA_gds") == expected
+    own = make_spec(instance="p5", launcher=launcher, command=["./x"], container=container,
+                    env={"PMIX_MCA_gds": "^ds12"})
+    assert job_environment(own).variables["PMIX_MCA_gds"] == "^ds12"  # the spec's env wins
+
+
+@pytest.mark.parametrize(("instance", "launcher", "expected"), [
+    ("trn1", "neuron", "1"), ("trn2", "neuron", "1"), ("trn1", "srun", None), ("p5", "torchrun", None),
+])
+def test_neuron_training_rounds_stochastically(instance: str, launcher: str, expected: str | None) -> None:
+    spec = make_spec(instance=instance, launcher=launcher)
+    assert job_environment(spec).variables.get("NEURON_RT_STOCHASTIC_ROUNDING_EN") == expected

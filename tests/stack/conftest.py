@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.stack.probe import RecordedProbe
-from tests.stack.nodes import P4D_ENVIRON, P4D_LIBRARIES, build_root, p4d_commands, p4d_devices
+from tests.stack.nodes import NODE_LIMITS, P4D_ENVIRON, P4D_LIBRARIES, build_root, p4d_commands, p4d_devices
 
 
 @pytest.fixture
@@ -18,7 +18,7 @@ def p4d_node(tmp_path: Path) -> Callable[..., RecordedProbe]:
     def make(*, gpus: int = 8, efa: int = 4, drop_files: tuple[str, ...] = (), files: Mapping[str, str] | None = None,
              commands: Mapping[str, str | None] | None = None, environ: Mapping[str, str] | None = None,
              extra_devices: tuple[str, ...] = (), unloadable: Mapping[str, str] | None = None) -> RecordedProbe:
-        all_files = {k: v for k, v in P4D_LIBRARIES.items() if k not in drop_files}
+        all_files = {k: v for k, v in {**P4D_LIBRARIES, **NODE_LIMITS}.items() if k not in drop_files}
         all_files.update(files or {})
         all_commands = p4d_commands()
         for command, output in (commands or {}).items():

@@ -51,6 +51,11 @@ P4D_LIBRARIES = {
     "/usr/lib/x86_64-linux-gnu/libcudnn.so.9.1.0": "",
     "/usr/local/cuda/version.json": '{"cuda": {"name": "CUDA SDK", "version": "12.4.1"}}',
 }
+# /proc/self/limits of a ParallelCluster node's job (slurmd runs with LimitMEMLOCK=infinity).
+NODE_LIMITS = {"/proc/self/limits": (
+    "Limit                     Soft Limit           Hard Limit           Units     \n"
+    "Max open files            131072               131072               files     \n"
+    "Max locked memory         unlimited            unlimited            bytes     \n")}
 P4D_ENVIRON = {"LD_LIBRARY_PATH": "/opt/amazon/ofi-nccl/lib:/opt/nccl/build/lib:/opt/amazon/efa/lib"}
 
 

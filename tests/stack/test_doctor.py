@@ -15,7 +15,7 @@ from clusterkit.stack.doctor import (NO_ACCELERATOR, CheckResult, Status, examin
                                      parse_fi_info_providers, parse_neuron_ls, parse_nvidia_smi, run_checks)
 from clusterkit.stack.probe import RecordedProbe
 
-from tests.stack.nodes import build_root, fixture_text
+from tests.stack.nodes import NODE_LIMITS, build_root, fixture_text
 
 
 def by_name(results: list[CheckResult]) -> dict[str, CheckResult]:
@@ -75,7 +75,7 @@ def test_healthy_p4d_passes_every_check(p4d_node) -> None:
     assert statuses(results) == {
         "nvidia driver": "pass", "fabric manager": "pass", "container toolkit": "pass", "efa devices": "pass",
         "libfabric efa provider": "pass", "nccl": "pass", "aws-ofi-nccl plugin": "pass", "cuda vs driver": "pass",
-        "cudnn": "pass", "framework devices": "pass"}
+        "cudnn": "pass", "framework devices": "pass", "memlock": "pass"}
     checks = by_name(results)
     assert "driver 550.90.07" in checks["nvidia driver"].detail and "8 GPU(s)" in checks["nvidia driver"].detail
     assert "4 domain(s)" in checks["libfabric efa provider"].detail
@@ -190,7 +190,7 @@ def test_unknown_expected_instance_type_is_an_error(p4d_node) -> None:
 def trn1_root(path: Path, devices: int = 16) -> Path:
     return build_root(
         path, devices=[f"/dev/neuron{i}" for i in range(devices)] + [f"/dev/infiniband/uverbs{i}" for i in range(8)],
-        files={"/opt/aws/neuron/lib/libnrt.so.1": "", "/opt/aws/neuron/lib/libnccom.so.2": ""},
+        files={"/opt/aws/neuron/lib/libnrt.so.1": "", "/opt/aws/neuron/lib/libnccom.so.2": "", **NODE_LIMITS},
         # Only the provider's presence matters to the check; this is the p4d listing.
         commands={"neuron-ls": fixture_text("neuron-ls_trn1.txt"),
                   "fi_info -p efa -t FI_EP_RDM": fixture_text("fi_info-efa_p4d.txt")})
@@ -199,7 +199,8 @@ def trn1_root(path: Path, devices: int = 16) -> Path:
 def test_healthy_trn1_passes(tmp_path: Path) -> None:
     results = run_checks(RecordedProbe(trn1_root(tmp_path)), expect_instance_type="trn1")
     assert statuses(results) == {"neuron driver": "pass", "efa devices": "pass", "libfabric efa provider": "pass",
-                                 "neuron tools": "pass", "neuron runtime": "pass", "neuron collectives": "pass"}
+                                 "neuron tools": "pass", "neuron runtime": "pass", "neuron collectives": "pass",
+                                 "memlock": "pass"}
     assert "16 device(s) on trn1.32xlarge" in by_name(results)["neuron tools"].detail
 
 
@@ -235,3 +236,15 @@ def test_cli_json(p4d_node, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert report["accelerator"] == "gpu" and report["instance_type"] == "p4d.24xlarge"
     assert {c["status"] for c in report["checks"]} == {"pass"}
+
+
+@pytest.mark.parametrize(("limit", "status"), [("unlimited", "pass"), (str(16 << 30), "pass"), ("65536", "warn")])
+def test_a_low_locked_memory_limit_is_a_warning(p4d_node, limit: str, status: str) -> None:
+    """EFA registers its buffers: below 16 GiB of locked memory that fails. Every node shares the limit, so it
+    warns rather than failing (and draining) them all."""
+    limits = NODE_LIMITS["/proc/self/limits"].replace("unlimited            unlimited", f"{limit} {limit}")
+    results = run_checks(p4d_node(files={"/proc/self/limits": limits}), expect_instance_type="p4d.24xlarge")
+    (memlock,) = [r for r in results if r.name == "memlock"]
+    assert memlock.status.value == status
+    if status == "warn":
+        assert "65536 bytes" in memlock.detail and "memlock" in memlock.fix

@@ -11,11 +11,12 @@ from pathlib import Path
 from clusterkit import runtime
 from clusterkit.stack.health import run_health_checks
 from clusterkit.stack.probe import RecordedProbe
-from tests.stack.nodes import P4D_ENVIRON, P4D_LIBRARIES, build_root, p4d_commands, p4d_devices
+from tests.stack.nodes import NODE_LIMITS, P4D_ENVIRON, P4D_LIBRARIES, build_root, p4d_commands, p4d_devices
 
 
 def p4d(tmp_path: Path, efa: int = 4) -> RecordedProbe:
-    root = build_root(tmp_path / "node", devices=p4d_devices(8, efa), files=P4D_LIBRARIES, commands=p4d_commands())
+    root = build_root(tmp_path / "node", devices=p4d_devices(8, efa), files={**P4D_LIBRARIES, **NODE_LIMITS},
+                      commands=p4d_commands())
     return RecordedProbe(root, environ=P4D_ENVIRON)
 
 
@@ -82,3 +83,38 @@ def test_uncorrected_ecc_errors_fail_the_node(tmp_path):
     (tmp_path / "n3.ecc").write_text("00000000:10:1C.0, 0\n00000000:10:1D.0, 2\n00000000:20:1C.0, [N/A]\n")
     assert health_on("n3", tmp_path) == {"check": "gpu-errors", "ok": False,
                                          "evidence": "2 uncorrected ECC errors on 00000000:10:1D.0"}
+
+
+def _p5en_arriving(tmp_path: Path, present: int, arrive_after: int | None) -> tuple[RecordedProbe, list[float], object]:
+    """A p5en whose EFA devices (16) show up after `arrive_after` waits (None: never), as p5en's can at boot."""
+    root = build_root(tmp_path / "node", devices=[f"/dev/infiniband/uverbs{i}" for i in range(present)],
+                      files={**P4D_LIBRARIES, **NODE_LIMITS}, commands=p4d_commands())
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if arrive_after is not None and len(waits) == arrive_after:
+            for i in range(16):
+                (root / f"dev/infiniband/uverbs{i}").touch()
+    return RecordedProbe(root, environ=P4D_ENVIRON), waits, sleep
+
+
+def _efa(results: list) -> object:
+    return next(r for r in results if r.check == "efa devices")
+
+
+def test_p5ens_late_efa_devices_are_counted_again_before_the_node_fails(tmp_path, monkeypatch):
+    """AWS's GPU health check counts p5en's EFA devices again 3 times, 5 s apart: a node checked at boot whose
+    devices are still coming is not drained; one whose devices never come is, after 15 s."""
+    monkeypatch.setenv("CLUSTERKIT_INSTANCE_TYPE", "p5en.48xlarge")
+    probe, waits, sleep = _p5en_arriving(tmp_path / "late", 12, arrive_after=2)
+    assert _efa(run_health_checks("n1", probe=probe, sleep=sleep)).ok and waits == [5.0, 5.0]
+    probe, waits, sleep = _p5en_arriving(tmp_path / "never", 12, arrive_after=None)
+    efa = _efa(run_health_checks("n1", probe=probe, sleep=sleep))
+    assert not efa.ok and efa.evidence.startswith("12 of 16 EFA devices") and waits == [5.0, 5.0, 5.0]
+
+
+def test_other_types_fail_at_once_on_missing_efa_devices(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLUSTERKIT_INSTANCE_TYPE", "p4d.24xlarge")
+    waits: list[float] = []
+    assert not _efa(run_health_checks("n1", probe=p4d(tmp_path, efa=2), sleep=waits.append)).ok and waits == []

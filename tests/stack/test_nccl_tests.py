@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -176,3 +180,15 @@ def test_dry_run_script_passes_shellcheck(instance: str, nodes: int, image: str 
     path = tmp_path / "nccl.sbatch"
     path.write_text(render_sbatch(nccl_test_spec(nodes, instance_type=instance, image=image)))
     assert shellcheck([path]) == {"nccl.sbatch": []}
+
+
+def test_nccl_test_runs_the_binary_it_is_pointed_at(tmp_path) -> None:
+    """`--binary`: an all_reduce_perf of the user's (on shared storage, or elsewhere in the image) instead of
+    /opt/nccl-tests/build's, quoted as one word."""
+    binary = "/fsx/tools/nccl tests/all_reduce_perf"
+    result = subprocess.run([sys.executable, "-m", "clusterkit", "nccl-test", "--dry-run", "--nodes", "2",
+                             "--instance-type", "p5", "--binary", binary, "--output", "json"],
+                            capture_output=True, text=True, env=dict(os.environ, CLUSTERKIT_HOME=str(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    script = json.loads(result.stdout)["script"]
+    assert "'/fsx/tools/nccl tests/all_reduce_perf' -b 8" in script and "/opt/nccl-tests" not in script

@@ -1,7 +1,7 @@
 """Offline checks of a cluster spec: every rule ParallelCluster 3.16 would reject, before AWS is touched.
 
 One module per topic (text, names, instances, placement, capacity, storage, mounts, image, network, access,
-slurm, custom actions, pyxis, clusterkit on the nodes, monitoring, tags), one small function per rule, the
+slurm, custom actions, pyxis, docker, clusterkit on the nodes, monitoring, tags), one small function per rule, the
 helpers several topics share in `common`. Each rule yields Findings whose path is the field in the user's spec.
 `validate(spec)` runs them all and returns every finding together; errors are values here, the CLI decides the
 exit code. The rules are measured against ParallelCluster's own validation (tests/aws/test_differential.py);
@@ -20,6 +20,7 @@ from clusterkit.cluster.validators import (
     capacity,
     clusterkit_on_nodes,
     custom_actions,
+    docker,
     image,
     instances,
     monitoring,
@@ -55,6 +56,7 @@ RULES: tuple[Rule, ...] = (
     slurm.slurm_settings, slurm.gpu_health_check_room, slurm.slurm_accounting,
     custom_actions.custom_actions,
     pyxis.pyxis,
+    docker.docker,
     access.iam_policies,
     custom_actions.scripts_bucket,
     monitoring.monitoring,

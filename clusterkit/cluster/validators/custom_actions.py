@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from clusterkit.cluster.render import PLACEHOLDER_ACCOUNT, installs_neuron
+from clusterkit.cluster.render import PLACEHOLDER_ACCOUNT, installs_docker, installs_neuron
 from clusterkit.cluster.spec import DEFAULT_SCRIPTS_BUCKET, ClusterSpec, CustomActionsSpec
 from clusterkit.cluster.validators.common import matches
 from clusterkit.findings import Finding, error, info
@@ -40,7 +40,8 @@ def scripts_bucket(spec: ClusterSpec) -> Iterator[Finding]:
     if bucket is not None and (not matches(BUCKET_RE, bucket) or ".." in bucket):
         yield error("scripts_bucket", "not an S3 bucket name (3-63 lower-case letters, digits, '.' and '-')",
                     "e.g. my-team-cluster-scripts", bucket)
-    elif bucket is None and (spec.pyxis.enabled or any(installs_neuron(spec, queue) for queue in spec.queues)):
+    elif bucket is None and (spec.pyxis.enabled or installs_docker(spec)
+                             or any(installs_neuron(spec, queue) for queue in spec.queues)):
         default = DEFAULT_SCRIPTS_BUCKET.format(account="ACCOUNT", region=spec.region)
         yield info("scripts_bucket", f"clusterkit's node scripts are uploaded at create to {default} (made if "
                    f"missing); until then the config names account {PLACEHOLDER_ACCOUNT}",
