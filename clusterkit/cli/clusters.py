@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     create.add_argument("--name", required=True, help="cluster name")
     create.add_argument("--provider", choices=("local", "aws", "hyperpod"), default=None,
                         help="where the cluster runs (default: aws with --preset/--file, else local; hyperpod: "
-                             "SageMaker HyperPod, planned with --dry-run only so far)")
+                             "SageMaker HyperPod from the same presets and spec files, in --subnet-id)")
     create.add_argument("--dry-run", action="store_true", help="show what would be done; change nothing (offline)")
     create.add_argument("--account-dry-run", action="store_true",
                         help="AWS: check credentials, resolve the spec against the account, render the prerequisites "

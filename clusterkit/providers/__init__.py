@@ -1,5 +1,6 @@
 """Cluster providers: `local` (a real Slurm cluster on this machine), `aws` (AWS ParallelCluster) and
-`hyperpod` (SageMaker HyperPod; planned, not yet created), behind one interface (`base.Provider`, `base.Cluster`); `ssh`, an existing cluster reached over SSH; and
+`hyperpod` (SageMaker HyperPod), behind one interface (`base.Provider`, `base.Cluster`); `ssh`, an existing
+cluster reached over SSH; and
 `host`, the Slurm this machine is configured for (a ParallelCluster head node). The last two are one
 class, `existing.ExistingCluster`, given a transport: clusterkit uses them but did not make them.
 

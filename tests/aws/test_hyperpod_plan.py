@@ -13,7 +13,6 @@ import pytest
 
 from clusterkit.cluster.node_scripts import LIFECYCLE_KEY_PREFIX
 from clusterkit.cluster.presets import preset, preset_names
-from clusterkit.errors import ClusterkitError
 from clusterkit.findings import Level
 from clusterkit.providers import provider_named
 from clusterkit.providers.hyperpod.model import problems, service_model
@@ -166,12 +165,11 @@ def test_a_dry_run_prints_the_request_whole_and_writes_nothing(tmp_path) -> None
     assert len(shown["uploads"]) == 3 and list(tmp_path.iterdir()) == []
 
 
-def test_creating_is_refused_in_one_line_until_it_is_built(tmp_path) -> None:
+def test_creating_without_a_subnet_is_refused_in_one_line_before_aws_is_asked(tmp_path) -> None:
     result = _cli("--name", "hp", "--preset", "p5", "--execution-role", ROLE, home=tmp_path)
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-    assert "creating and managing HyperPod clusters is not built yet" in result.stderr
-    with pytest.raises(ClusterkitError, match="not built yet"):
-        provider_named("hyperpod").prepare(plan_of(preset="p5", execution_role=ROLE))
+    assert "creating clusterkit's prerequisites network for HyperPod is not built yet" in result.stderr
+    assert "give --subnet-id" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 

@@ -87,8 +87,9 @@ def _has_nvme(instance_type: str) -> bool:
     return facts is not None and facts.instance_storage_gb > 0
 
 
-def lifecycle_parameters(spec: ClusterSpec) -> JsonObject:
-    """What the lifecycle scripts read beside themselves: which group is which, what to mount and set up."""
+def lifecycle_parameters(spec: ClusterSpec, lustre_dns_name: str = "", lustre_mount_name: str = "") -> JsonObject:
+    """What the lifecycle scripts read beside themselves: which group is which, what to mount and set up. The file
+    system's names are known once the plan is prepared (empty before)."""
     sources = groups(spec)
     lustre = next((fsx for fsx in spec.storage.lustre if not fsx.is_new), None)
     accounting = spec.slurm.accounting
@@ -99,8 +100,7 @@ def lifecycle_parameters(spec: ClusterSpec) -> JsonObject:
     return {
         "controller_group": CONTROLLER_GROUP,
         "login_groups": [source.name for source in sources if source.node_type == "Login"],
-        # Filled in when the plan is prepared (DescribeFileSystems): the name and DNS name of the file system.
-        "lustre": ({"file_system_id": lustre.file_system_id, "dns_name": "", "mount_name": "",
+        "lustre": ({"file_system_id": lustre.file_system_id, "dns_name": lustre_dns_name, "mount_name": lustre_mount_name,
                     "mount_dir": lustre.mount_dir} if lustre is not None else None),
         "accounting": accounting is not None and accounting.create,
         "enroot_dir": f"{NVME_DIR}/enroot" if spec.pyxis.enabled else None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from clusterkit.cluster.render import PLACEHOLDER_SUBNET
-from clusterkit.findings import Finding, warning
+from clusterkit.findings import Finding, info, warning
 from clusterkit.providers.hyperpod.request import PLACEHOLDER_SECURITY_GROUP, HyperPodDraft
 
 
@@ -15,9 +15,9 @@ def vpc(draft: HyperPodDraft) -> Iterator[Finding]:
         yield warning("subnet_id", f"no subnet given: the request shows {PLACEHOLDER_SUBNET}",
                       "give --subnet-id (a private subnet with a NAT route: EFA nodes get no public IP)")
     if PLACEHOLDER_SECURITY_GROUP in config.get("SecurityGroupIds", []):  # type: ignore[union-attr,operator]
-        yield warning("create_cluster_request.VpcConfig.SecurityGroupIds",
-                      f"the request shows {PLACEHOLDER_SECURITY_GROUP}: the nodes' security group (all traffic "
-                      "within itself, for EFA) is chosen when the plan is prepared")
+        yield info("create_cluster_request.VpcConfig.SecurityGroupIds",
+                   f"the request shows {PLACEHOLDER_SECURITY_GROUP}: apply puts there the security group it makes for "
+                   "the nodes in their subnets' VPC (all traffic within itself, as EFA needs)")
 
 
 def accounting(draft: HyperPodDraft) -> Iterator[Finding]:
