@@ -31,6 +31,7 @@ from clusterkit.cluster.render import PLACEHOLDER_SUBNET
 from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
 from clusterkit.files import write_atomically
 from clusterkit.findings import Finding, error
+from clusterkit.providers.aws.access import Aws
 from clusterkit.providers.base import ClusterInfo, ComputeResourceSize, DeletionPlan, InstanceInfo, Progress, ResizeResult, quiet
 from clusterkit.providers.hyperpod.plan import HyperPodClusterState, HyperPodPlanDetails, PreparedFacts
 from clusterkit.providers.hyperpod.request import (
@@ -49,7 +50,6 @@ from clusterkit.registry import JsonObject
 
 if TYPE_CHECKING:
     from clusterkit.cluster.spec import ClusterSpec
-    from clusterkit.providers.aws.access import Aws
     from clusterkit.slurm import Slurm
 
 PROVIDER = "hyperpod"
@@ -80,8 +80,6 @@ class HyperPodProvider:
         self._aws = aws
 
     def _aws_for(self, region: str) -> Aws:
-        from clusterkit.providers.aws.access import Aws
-
         if self._aws is None or self._aws.region != region:
             self._aws = Aws(region)
         return self._aws
@@ -291,8 +289,6 @@ class HyperPodCluster:
 
     @property
     def aws(self) -> Aws:
-        from clusterkit.providers.aws.access import Aws
-
         if self._aws is None or self._aws.region != self.state.region:
             self._aws = Aws(self.state.region)
         return self._aws
