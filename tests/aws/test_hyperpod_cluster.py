@@ -40,7 +40,8 @@ def world(aws_env, tmp_path, monkeypatch) -> Iterator[dict[str, Any]]:
         answer(aws.client("fsx"), "DescribeFileSystems", lambda: {"FileSystems": [{
             "FileSystemId": FILE_SYSTEM, "FileSystemType": "LUSTRE", "Lifecycle": "AVAILABLE", "DNSName": DNS,
             "LustreConfiguration": {"MountName": "abcdefgh", "DeploymentType": "PERSISTENT_2"}}]})
-        sent: dict[str, list[dict[str, Any]]] = {"UpdateCluster": [], "BatchReplaceClusterNodes": []}
+        sent: dict[str, list[dict[str, Any]]] = {"UpdateCluster": [], "BatchReplaceClusterNodes": [],
+                                                 "BatchRebootClusterNodes": []}
         sagemaker = aws.client("sagemaker")
 
         def fake(operation: str, respond) -> None:
@@ -60,6 +61,7 @@ def world(aws_env, tmp_path, monkeypatch) -> Iterator[dict[str, Any]]:
             "Successful": [n for n in params["NodeIds"] if n != GONE],
             "Failed": [{"NodeId": GONE, "ErrorCode": "InstanceIdNotFound", "Message": "no such node"}]
             if GONE in params["NodeIds"] else []})
+        fake("BatchRebootClusterNodes", lambda params: {"Successful": params["NodeIds"], "Failed": []})
         yield {"aws": aws, "subnet": subnet, "sent": sent, "home": tmp_path / "home", "tmp": tmp_path}
 
 
@@ -127,6 +129,11 @@ def test_create_describe_resize_replace_delete(world) -> None:
     with pytest.raises(ClusterkitError) as refused:
         cluster.replace_nodes([ids[0], GONE])
     assert f"did not replace 1 node(s): {GONE} (InstanceIdNotFound: no such node)" in refused.value.message
+    assert refused.value.fix.endswith("; 1 other(s) are being replaced")
+
+    assert cluster.reboot_nodes(ids[:2], said.append) == tuple(ids[:2])
+    assert world["sent"]["BatchRebootClusterNodes"] == [{"ClusterName": "hp", "NodeIds": ids[:2]}]
+    assert f"rebooting 2 node(s) of 'hp': {ids[0]}, {ids[1]}" in said and any("replacing 25" in s for s in said)
 
     deletion = cluster.deletion()
     assert deletion.keeps[0] == f"FSx for Lustre {FILE_SYSTEM} and every file on it"

@@ -7,6 +7,7 @@
     plan = provider.prepare(plan)  # the caller, the subnets' VPC, the file system's names, the lifecycle bucket
     cluster = provider.apply(plan) # the lifecycle set, the nodes' security group, CreateCluster, followed
     cluster.describe(); cluster.resize("train", 8); cluster.replace_nodes(["i-..."]); cluster.delete()
+    cluster.reboot_nodes(["i-..."])
 
 What is not built yet is refused in one line: clusterkit's prerequisites network for HyperPod (give --subnet-id),
 and reaching the controller's Slurm from here (run clusterkit on the controller).
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 PROVIDER = "hyperpod"
 REQUEST_FILE = "create_cluster_request.json"
 POLL_SECONDS = 30.0  # between looks at the cluster; tests lower it
-REPLACE_BATCH = 25  # BatchReplaceClusterNodes takes at most 25 nodes a call
+NODES_PER_CALL = 25  # BatchReplaceClusterNodes and BatchRebootClusterNodes take at most 25 nodes a call
 SECURITY_GROUP_NAME = "clusterkit-hyperpod-{name}"
 _NODE_ID_RE = re.compile(r"i-[a-f0-9]{8}(?:[a-f0-9]{9})?")  # botocore's ClusterNodeId
 # HyperPod's ClusterStatus -> the provider-neutral status the CLI shows for every provider.
@@ -404,23 +405,30 @@ class HyperPodCluster:
 
     def replace_nodes(self, node_ids: list[str], progress: Progress = quiet) -> tuple[str, ...]:
         """Ask HyperPod to replace these nodes (new instances; their volumes are lost), at most 25 a call; returns
-        the ids replaced, and fails in one line naming those refused."""
+        the ids being replaced, and fails in one line naming those refused."""
+        return self._batch("replace", "batch_replace_cluster_nodes", node_ids, progress)
+
+    def reboot_nodes(self, node_ids: list[str], progress: Progress = quiet) -> tuple[str, ...]:
+        """Ask HyperPod to reboot these nodes (the same instances and volumes), at most 25 a call."""
+        return self._batch("reboot", "batch_reboot_cluster_nodes", node_ids, progress)
+
+    def _batch(self, verb: str, operation: str, node_ids: list[str], progress: Progress) -> tuple[str, ...]:
         malformed = [node for node in node_ids if not _NODE_ID_RE.fullmatch(node)]
         if malformed or not node_ids:
-            raise ClusterkitError(f"not a HyperPod node id: {malformed[0]!r}" if malformed else "no node to replace",
+            raise ClusterkitError(f"not a HyperPod node id: {malformed[0]!r}" if malformed else f"no node to {verb}",
                                   fix="give EC2 instance ids (i-...) as `clusterkit describe-cluster` lists them")
         done: list[str] = []
         refused: list[str] = []
-        for start in range(0, len(node_ids), REPLACE_BATCH):
-            batch = node_ids[start:start + REPLACE_BATCH]
-            progress(f"replacing {len(batch)} node(s) of {self.name!r}: {', '.join(batch)}")
-            answer = _call(self.aws, "sagemaker", "batch_replace_cluster_nodes", ClusterName=self.name, NodeIds=batch)
+        for start in range(0, len(node_ids), NODES_PER_CALL):
+            batch = node_ids[start:start + NODES_PER_CALL]
+            progress(f"{verb.rstrip('e')}ing {len(batch)} node(s) of {self.name!r}: {', '.join(batch)}")
+            answer = _call(self.aws, "sagemaker", operation, ClusterName=self.name, NodeIds=batch)
             done += list(answer.get("Successful", []))
             refused += [f"{f.get('NodeId')} ({f.get('ErrorCode')}: {f.get('Message')})" for f in answer.get("Failed", [])]
         if refused:
-            raise ClusterkitError(f"HyperPod did not replace {len(refused)} node(s): {'; '.join(refused)}",
+            raise ClusterkitError(f"HyperPod did not {verb} {len(refused)} node(s): {'; '.join(refused)}",
                                   fix="check the ids with `clusterkit describe-cluster`" +
-                                      (f"; {len(done)} other(s) are being replaced" if done else ""))
+                                      (f"; {len(done)} other(s) are being {verb.rstrip('e')}ed" if done else ""))
         return tuple(done)
 
     def deletion(self) -> DeletionPlan:
