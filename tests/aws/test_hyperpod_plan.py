@@ -127,6 +127,12 @@ def test_a_missing_or_malformed_execution_role_is_an_error() -> None:
     assert "create_cluster_request.InstanceGroups[0].ExecutionRole" in found  # and SageMaker's pattern says so too
 
 
+def test_a_spec_setting_hyperpod_does_not_use_is_a_warning_naming_it(tmp_path) -> None:
+    plan = plan_of(spec_file=spec_file(tmp_path, **{"pyxis.enroot_dir": "/scratch/containers"}), execution_role=ROLE)
+    (found,) = [f for f in plan.findings if f.path == "pyxis.enroot_dir"]
+    assert found.level is Level.WARNING and "/opt/dlami/nvme/enroot" in found.message and plan.ok
+
+
 def test_hyperthreading_off_is_one_thread_per_core(tmp_path) -> None:
     plan = plan_of(spec_file=spec_file(tmp_path, **{"queues.0.compute.0.disable_hyperthreading": True}),
                    execution_role=ROLE)

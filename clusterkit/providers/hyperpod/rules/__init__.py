@@ -10,7 +10,7 @@ from __future__ import annotations
 from clusterkit.cluster.validators import mounts, names, tags, text
 from clusterkit.findings import Finding, Level
 from clusterkit.providers.hyperpod.request import HyperPodDraft
-from clusterkit.providers.hyperpod.rules import access, instances, lifecycle, model, network, nodes, storage
+from clusterkit.providers.hyperpod.rules import access, instances, lifecycle, model, network, nodes, pyxis, storage
 from clusterkit.rules import Rule, RuleBook
 
 SPEC_RULES: tuple[Rule, ...] = (text.single_line, names.queue_names, names.compute_resource_names, names.node_counts,
@@ -21,6 +21,7 @@ RULES: tuple[Rule, ...] = (
     nodes.threads_per_core,
     lifecycle.lifecycle_bucket,
     storage.lustre, storage.other_storage,
+    pyxis.enroot_dir,
     network.vpc, network.accounting,
     model.create_cluster_model,
 )
