@@ -178,3 +178,24 @@ def test_a_subnet_that_is_not_there_is_one_line_and_nothing_is_made(world) -> No
         provider.prepare(plan)
     assert raised.value.message.startswith("EC2 refused DescribeSubnets in us-east-1: InvalidSubnetID.NotFound")
     assert "\n" not in raised.value.message and not (world["home"] / "clusters").exists()
+
+
+def test_the_cli_says_what_delete_keeps_without_asking_aws(tmp_path, monkeypatch) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from clusterkit import registry
+    from clusterkit.providers.hyperpod.plan import HyperPodClusterState
+
+    monkeypatch.setenv("CLUSTERKIT_HOME", str(tmp_path))
+    registry.save(registry.ClusterRecord("hp", "hyperpod", "2026-12-04T00:00:00+00:00", HyperPodClusterState(
+        region="us-east-1", request_file=str(tmp_path / "r.json"), security_group_id="sg-0123456789abcdef0",
+        cluster_arn="arn:aws:sagemaker:us-east-1:123456789012:cluster/abcd1234efgh",
+        lustre_file_system_id=FILE_SYSTEM)))
+    result = subprocess.run([sys.executable, "-m", "clusterkit", "delete-cluster", "hp", "--dry-run", "--output",
+                             "json"], capture_output=True, text=True, env=dict(os.environ), timeout=60)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["deletes"][1] == "security group sg-0123456789abcdef0 (made for its nodes)"
+    assert shown["keeps"][0] == f"FSx for Lustre {FILE_SYSTEM} and every file on it" and shown["confirm"]
