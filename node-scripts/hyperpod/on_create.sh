@@ -12,7 +12,8 @@
 # slurmctld; elsewhere starts slurmd against the controller; puts enroot's data on the instance store (NVMe) and
 # enables pyxis where the image has them; installs clusterkit into a virtualenv on the file system (controller).
 # Every value is checked before anything changes; a second run changes nothing.
-# CLUSTERKIT_NODE_ROOT prefixes every path the script reads or writes (tests point it at a scratch tree).
+# CLUSTERKIT_NODE_ROOT prefixes every path the script reads or writes (tests point it at a scratch tree), and
+# CLUSTERKIT_SLURM_CONF_WAIT is how long (s) it waits for HyperPod's slurm.conf to name the controller (60).
 set -euo pipefail
 umask 022
 
@@ -171,6 +172,17 @@ if [ -n "$lustre_mount_dir" ]; then
         say "mounted $source on $lustre_mount_dir"
     fi
 fi
+
+# HyperPod's agent writes slurm.conf; Slurm starts once it names the controller (a login or compute node may have
+# none: its slurmd fetches it from the controller).
+slurm_conf=/opt/slurm/etc/slurm.conf
+waited=0
+while [ -f "$root$slurm_conf" ] && ! grep -qwF -- "$controller_ip" "$root$slurm_conf"; do
+    [ "$waited" -lt "${CLUSTERKIT_SLURM_CONF_WAIT:-60}" ] ||
+        die "$slurm_conf does not name the controller $controller_ip after $waited s"
+    sleep 5
+    waited=$((waited + 5))
+done
 
 if [ "$role" = controller ]; then
     if [ "$accounting" = 1 ]; then

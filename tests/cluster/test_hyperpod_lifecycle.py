@@ -66,6 +66,9 @@ def hyperpod_node(tmp_path: Path, address: str, params: dict | None = None, nvme
     config.parent.mkdir(parents=True)
     config.write_text(json.dumps(RESOURCE_CONFIG))
     (node.root / "etc/fstab").write_text("LABEL=cloudimg-rootfs / ext4 defaults 0 1\n")
+    slurm_conf = node.root / "opt/slurm/etc/slurm.conf"  # as HyperPod's agent writes it, naming the controller
+    slurm_conf.parent.mkdir(parents=True)
+    slurm_conf.write_text(f"ClusterName=hp\nSlurmctldHost=ip-10-1-0-10({CONTROLLER})\ninclude accounting.conf\n")
     mounted = tmp_path / "mounted"
     mounted.write_text(f"{node.root}/opt/dlami/nvme\n" if nvme else "")
     for name in (*FAKES, "mountpoint", "python3", *(("enroot",) if enroot else ())):
@@ -96,8 +99,9 @@ def hyperpod_node(tmp_path: Path, address: str, params: dict | None = None, nvme
     return node, lifecycle
 
 
-def run_on_create(node: Node, lifecycle: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": str(node.bin), "HOME": str(node.root / "root"), "CLUSTERKIT_NODE_ROOT": str(node.root)}
+def run_on_create(node: Node, lifecycle: Path, *args: str, wait: int = 60) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": str(node.bin), "HOME": str(node.root / "root"), "CLUSTERKIT_NODE_ROOT": str(node.root),
+           "CLUSTERKIT_SLURM_CONF_WAIT": str(wait)}
     return subprocess.run([str(lifecycle / "on_create.sh"), *args], env=env, capture_output=True, text=True,
                           timeout=60, cwd=lifecycle)
 
@@ -219,3 +223,13 @@ def test_arguments_and_a_stranger_node_are_refused_with_nothing_done(tmp_path) -
     result = run_on_create(stranger, stranger_lifecycle)
     assert result.returncode == 2 and "no instance group" in result.stderr
     assert tree(node.root) == before
+
+
+def test_slurm_starts_only_once_hyperpods_slurm_conf_names_the_controller(tmp_path) -> None:
+    node, lifecycle = hyperpod_node(tmp_path, TRAIN_1)
+    (node.root / "opt/slurm/etc/slurm.conf").write_text("SlurmctldHost=ip-10-1-0-100(10.1.0.100)\n")
+    result = run_on_create(node, lifecycle, wait=0)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == ("on_create.sh: /opt/slurm/etc/slurm.conf does not name the controller 10.1.0.10 "
+                             "after 0 s\n")
+    assert not [call for call in node.calls() if call[0] == "systemctl"]
