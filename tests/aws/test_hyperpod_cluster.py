@@ -118,6 +118,9 @@ def test_create_describe_resize_replace_delete(world) -> None:
     assert json.loads(open(cluster.state.request_file).read())["InstanceGroups"][1]["InstanceCount"] == 4
     with pytest.raises(ClusterkitError, match="HyperPod runs every node all the time"):
         cluster.resize("train", 4, min_count=0)
+    with pytest.raises(ClusterkitError) as unknown:
+        cluster.resize("train", 4, compute_resource="p5-4xl")
+    assert unknown.value.fix == "name one with --compute-resource: p5-48xl"
 
     # moto names its nodes after their group; SageMaker's are EC2 ids, which a replace must name.
     with pytest.raises(ClusterkitError, match="not a HyperPod node id: 'train-p5-48xl-0'"):

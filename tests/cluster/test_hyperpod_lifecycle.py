@@ -25,7 +25,8 @@ DNS = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com"
 MOUNT_NAME = "abcdefgh"
 # What HyperPod writes on every node: its groups, and each instance's addresses (the agent's and the customer's).
 RESOURCE_CONFIG = {
-    "ClusterConfig": {"ClusterArn": "arn:aws:sagemaker:us-east-1:123456789012:cluster/abcd1234efgh", "ClusterName": "hp"},
+    "ClusterConfig": {"ClusterArn": "arn:aws:sagemaker:us-east-1:123456789012:cluster/abcd1234efgh",
+                      "ClusterName": "hp"},
     "InstanceGroups": [
         {"Name": "controller", "InstanceType": "ml.c5.9xlarge", "Instances": [
             {"InstanceName": "controller-1", "AgentIpAddress": "172.16.0.10", "CustomerIpAddress": CONTROLLER,

@@ -33,7 +33,15 @@ from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
 from clusterkit.files import write_atomically
 from clusterkit.findings import Finding, error
 from clusterkit.providers.aws.access import Aws
-from clusterkit.providers.base import ClusterInfo, ComputeResourceSize, DeletionPlan, InstanceInfo, Progress, ResizeResult, quiet
+from clusterkit.providers.base import (
+    ClusterInfo,
+    ComputeResourceSize,
+    DeletionPlan,
+    InstanceInfo,
+    Progress,
+    ResizeResult,
+    quiet,
+)
 from clusterkit.providers.hyperpod.plan import HyperPodClusterState, HyperPodPlanDetails, PreparedFacts
 from clusterkit.providers.hyperpod.request import (
     PARAMETERS_FILE,
@@ -111,7 +119,8 @@ class HyperPodProvider:
         subnets = plan.details.request["VpcConfig"]["Subnets"]  # type: ignore[index,call-overload]
         if PLACEHOLDER_SUBNET in subnets:
             raise ClusterkitError("creating clusterkit's prerequisites network for HyperPod is not built yet",
-                                  fix="give --subnet-id: a private subnet with a NAT route (EFA nodes get no public IP)")
+                                  fix="give --subnet-id: a private subnet with a NAT route (EFA nodes get no "
+                                      "public IP)")
         aws = self._aws_for(spec.region)
         progress(f"checking AWS credentials for {aws.region}")
         caller = check_caller(aws)
@@ -127,7 +136,7 @@ class HyperPodProvider:
         if lustre is not None:
             progress(f"looking up FSx for Lustre {lustre.file_system_id}")
             system = _call(aws, "fsx", "describe_file_systems",
-                          FileSystemIds=[lustre.file_system_id])["FileSystems"][0]
+                           FileSystemIds=[lustre.file_system_id])["FileSystems"][0]
             dns_name = system.get("DNSName") or ""
             mount_name = (system.get("LustreConfiguration") or {}).get("MountName") or ""
             if not dns_name or not mount_name:
@@ -172,13 +181,13 @@ class HyperPodProvider:
         group_name = SECURITY_GROUP_NAME.format(name=plan.name)
         progress(f"creating security group {group_name} in {prepared.vpc_id}")
         group = _call(aws, "ec2", "create_security_group", GroupName=group_name, VpcId=prepared.vpc_id,
-                     Description=f"clusterkit HyperPod cluster {plan.name}: all traffic among its nodes (EFA)",
-                     TagSpecifications=[{"ResourceType": "security-group",
-                                         "Tags": [{"Key": "clusterkit:cluster", "Value": plan.name}]}])["GroupId"]
+                      Description=f"clusterkit HyperPod cluster {plan.name}: all traffic among its nodes (EFA)",
+                      TagSpecifications=[{"ResourceType": "security-group",
+                                          "Tags": [{"Key": "clusterkit:cluster", "Value": plan.name}]}])["GroupId"]
         state.security_group_id = group
         registry.save(record)
         _call(aws, "ec2", "authorize_security_group_ingress", GroupId=group,
-             IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]}])
+              IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]}])
         request = {**details.request, "VpcConfig": {**details.request["VpcConfig"],  # type: ignore[dict-item]
                                                     "SecurityGroupIds": [group]}}
         write_atomically(Path(state.request_file), json.dumps(request, indent=2) + "\n")
@@ -324,8 +333,8 @@ class HyperPodCluster:
             if status == wanted:
                 return
             if status == "Failed":
-                raise ClusterkitError(f"HyperPod cluster {self.name!r} failed: "
-                                      f"{found.get('FailureMessage') or 'SageMaker gave no reason'}",  # type: ignore[union-attr]
+                reason = (found or {}).get("FailureMessage") or "SageMaker gave no reason"
+                raise ClusterkitError(f"HyperPod cluster {self.name!r} failed: {reason}",
                                       fix=f"remove it with `clusterkit delete-cluster {self.name}`")
             if status is None and wanted is not None:
                 raise NotFound(f"HyperPod cluster {self.name!r} is gone from {self.state.region}",
@@ -337,7 +346,7 @@ class HyperPodCluster:
         found, token = [], None
         while True:
             page = _call(self.aws, "sagemaker", "list_cluster_nodes", ClusterName=self.name,
-                        **({"NextToken": token} if token else {}))
+                         **({"NextToken": token} if token else {}))
             for node in page.get("ClusterNodeSummaries", []):
                 slurm = groups.get(node["InstanceGroupName"], {}).get("SlurmConfig", {})
                 partitions = slurm.get("PartitionNames") or [None]
@@ -389,11 +398,12 @@ class HyperPodCluster:
                   if queue in (group.get("SlurmConfig", {}).get("PartitionNames") or [])]  # type: ignore[union-attr]
         if not groups:
             raise NotFound(f"no queue {queue!r}", fix=f"queues: {', '.join(self.state.queues)}")
+        names = [str(group["InstanceGroupName"])[len(queue) + 1:] for group in groups]  # type: ignore[index]
         if compute_resource is not None:
-            groups = [group for group in groups if group["InstanceGroupName"] == f"{queue}-{compute_resource}"]  # type: ignore[index]
+            groups = [group for group, name in zip(groups, names) if name == compute_resource]
         if len(groups) != 1:
-            raise ClusterkitError(f"queue {queue!r} has {len(groups) or 'no such'} compute resources",
-                                  fix=f"name one with --compute-resource: {', '.join(self.state.queues.get(queue, []))}")
+            raise ClusterkitError(f"queue {queue!r} has {'several' if groups else 'no such'} compute resource(s)",
+                                  fix=f"name one with --compute-resource: {', '.join(names)}")
         group = {**groups[0], "InstanceCount": max_count}  # type: ignore[dict-item]
         progress(f"updating HyperPod cluster {self.name!r}: instance group {group['InstanceGroupName']} to {max_count}")
         _call(self.aws, "sagemaker", "update_cluster", ClusterName=self.name, InstanceGroups=[group])
@@ -424,7 +434,8 @@ class HyperPodCluster:
             progress(f"{verb.rstrip('e')}ing {len(batch)} node(s) of {self.name!r}: {', '.join(batch)}")
             answer = _call(self.aws, "sagemaker", operation, ClusterName=self.name, NodeIds=batch)
             done += list(answer.get("Successful", []))
-            refused += [f"{f.get('NodeId')} ({f.get('ErrorCode')}: {f.get('Message')})" for f in answer.get("Failed", [])]
+            refused += [f"{failed.get('NodeId')} ({failed.get('ErrorCode')}: {failed.get('Message')})"
+                        for failed in answer.get("Failed", [])]
         if refused:
             raise ClusterkitError(f"HyperPod did not {verb} {len(refused)} node(s): {'; '.join(refused)}",
                                   fix="check the ids with `clusterkit describe-cluster`" +

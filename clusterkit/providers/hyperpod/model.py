@@ -70,7 +70,8 @@ def _message(kind: str, extra: dict) -> str:
     if kind == "unknown field":
         return "is not a member botocore knows"
     if kind == "invalid type":
-        return f"is {type(extra['param']).__name__}, not {' or '.join(t.split(chr(39))[1] for t in extra['valid_types'])}"
+        wanted = " or ".join(valid.split("'")[1] for valid in extra["valid_types"])  # "<class 'int'>" -> int
+        return f"is {type(extra['param']).__name__}, not {wanted}"
     if kind == "invalid range" or kind == "invalid length":
         return f"is below the minimum {extra.get('min_allowed')}"
     return kind

@@ -55,10 +55,11 @@ class HyperPodPlanDetails:
             return ()
         lines = []
         for group in self.request["InstanceGroups"]:  # type: ignore[union-attr]
-            slurm = group["SlurmConfig"]  # type: ignore[index,call-overload]
-            partition = f", partition {slurm['PartitionNames'][0]}" if slurm.get("PartitionNames") else ""  # type: ignore[union-attr,index]
-            lines.append(f"# {group['InstanceGroupName']}: {group['InstanceCount']} x {group['InstanceType']} "  # type: ignore[index,call-overload]
-                         f"({slurm['NodeType']}{partition})")  # type: ignore[index]
+            slurm: dict = group["SlurmConfig"]  # type: ignore[index,call-overload]
+            partition = f", partition {slurm['PartitionNames'][0]}" if slurm.get("PartitionNames") else ""
+            count, kind = group["InstanceCount"], group["InstanceType"]  # type: ignore[index,call-overload]
+            lines.append(f"# {group['InstanceGroupName']}: {count} x {kind} "  # type: ignore[index,call-overload]
+                         f"({slurm['NodeType']}{partition})")
         return tuple(lines)
 
     def plan_fields(self) -> JsonObject:

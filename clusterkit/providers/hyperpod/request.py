@@ -100,8 +100,8 @@ def lifecycle_parameters(spec: ClusterSpec, lustre_dns_name: str = "", lustre_mo
     return {
         "controller_group": CONTROLLER_GROUP,
         "login_groups": [source.name for source in sources if source.node_type == "Login"],
-        "lustre": ({"file_system_id": lustre.file_system_id, "dns_name": lustre_dns_name, "mount_name": lustre_mount_name,
-                    "mount_dir": lustre.mount_dir} if lustre is not None else None),
+        "lustre": ({"file_system_id": lustre.file_system_id, "dns_name": lustre_dns_name,
+                    "mount_name": lustre_mount_name, "mount_dir": lustre.mount_dir} if lustre is not None else None),
         "accounting": accounting is not None and accounting.create,
         "enroot_dir": f"{NVME_DIR}/enroot" if spec.pyxis.enabled else None,
         "enroot_root_volume_dir": ROOT_VOLUME_ENROOT_DIR if spec.pyxis.enabled else None,
@@ -134,8 +134,8 @@ def create_cluster_request(spec: ClusterSpec, execution_role: str | None, source
         "ClusterName": spec.name,
         "InstanceGroups": [_group(source, spec, execution_role or "", source_s3_uri)  # type: ignore[misc]
                            for source in groups(spec)],
-        "VpcConfig": {"SecurityGroupIds": list(security_groups or [PLACEHOLDER_SECURITY_GROUP]),  # type: ignore[dict-item]
-                      "Subnets": list(subnets or spec_subnets or [PLACEHOLDER_SUBNET])},
+        "VpcConfig": {"SecurityGroupIds": list(security_groups or [PLACEHOLDER_SECURITY_GROUP]),
+                      "Subnets": list(subnets or spec_subnets or [PLACEHOLDER_SUBNET])},  # type: ignore[dict-item]
         "NodeRecovery": "Automatic",
     }
     if spec.tags:
