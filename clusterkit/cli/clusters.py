@@ -30,8 +30,9 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
                     "from a preset or spec file, an AWS ParallelCluster v3 cluster (--provider aws). --dry-run "
                     "shows the plan (files, config, actions) and changes nothing.")
     create.add_argument("--name", required=True, help="cluster name")
-    create.add_argument("--provider", choices=("local", "aws"), default=None,
-                        help="where the cluster runs (default: aws with --preset/--file, else local)")
+    create.add_argument("--provider", choices=("local", "aws", "hyperpod"), default=None,
+                        help="where the cluster runs (default: aws with --preset/--file, else local; hyperpod: "
+                             "SageMaker HyperPod from the same presets and spec files, in --subnet-id)")
     create.add_argument("--dry-run", action="store_true", help="show what would be done; change nothing (offline)")
     create.add_argument("--account-dry-run", action="store_true",
                         help="AWS: check credentials, resolve the spec against the account, render the prerequisites "
@@ -74,6 +75,9 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     source.add_argument("--custom-ami", metavar="NAME_OR_ID",
                         help="boot nodes from this AMI: an ami- id, or a name looked up at create (overrides "
                              "the spec's image.custom_ami)")
+    hyperpod = create.add_argument_group("SageMaker HyperPod (with --preset or --file)")
+    hyperpod.add_argument("--execution-role", metavar="ARN",
+                          help="the IAM role HyperPod's instance groups run as (arn:aws:iam::ACCOUNT:role/NAME)")
     create.set_defaults(handler=create_cluster)
 
     connect = subparsers.add_parser(
@@ -137,7 +141,8 @@ def create_cluster(args: argparse.Namespace) -> int:
     request = ClusterRequest(
         name=args.name, provider=args.provider, preset=args.preset, spec_file=args.file, region=args.region,
         subnet_id=args.subnet_id, head_subnet_id=args.head_subnet_id, key_name=args.key_name,
-        custom_ami=args.custom_ami, identity_file=args.identity_file, nodes=args.nodes,
+        custom_ami=args.custom_ami, identity_file=args.identity_file, execution_role=args.execution_role,
+        nodes=args.nodes,
         cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node, ssh=args.ssh,
         timings=args.timings, replace_nodes=args.replace_nodes, boot_delay=args.boot_delay)
     provider = provider_named(request.provider_name)

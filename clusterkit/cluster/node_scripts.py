@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,10 @@ NVIDIA_CONTAINER_TOOLKIT_VERSION = "1.18.2"
 # Where ParallelCluster keeps the cluster's configuration on its head node (and every node): the preflight reads
 # which of clusterkit's node scripts each queue runs there.
 PARALLELCLUSTER_CONFIG = "/opt/parallelcluster/shared/cluster-config.yaml"
+# SageMaker HyperPod's lifecycle scripts: node-scripts/hyperpod/ and the node scripts they call. HyperPod fetches a
+# whole S3 prefix and runs one file of it, so the set is uploaded under one key named by the SHA-256 of all of it.
+HYPERPOD_LIFECYCLE = "hyperpod"
+LIFECYCLE_KEY_PREFIX = "clusterkit/hyperpod-lifecycle"
 
 # The Neuron packages of Neuron SDK 2.28.0 (Trn1): the driver the node needs, and the runtime,
 # collectives and tools for jobs run without a container. The container recipes pin the same release
@@ -102,6 +106,23 @@ class NodeScript:
 def node_script(name: str) -> NodeScript:
     path = data_dir(DATA_DIR) / name
     return NodeScript(name=name, path=path, sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+def lifecycle_scripts() -> dict[str, Path]:
+    """File name -> shipped file, for every script of HyperPod's lifecycle set (the set's own and the node
+    scripts it calls)."""
+    directory = data_dir(DATA_DIR) / HYPERPOD_LIFECYCLE
+    found = {path.name: path for path in sorted(directory.iterdir()) if path.is_file()}
+    found[CLUSTERKIT_VENV] = node_script(CLUSTERKIT_VENV).path
+    return found
+
+
+def set_digest(files: Mapping[str, bytes]) -> str:
+    """One SHA-256 over the names and contents of a set of files: the name of a prefix holding exactly them."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(f"{name}\0{hashlib.sha256(files[name]).hexdigest()}\n".encode())
+    return digest.hexdigest()
 
 
 def _scripts(config: Any) -> Iterator[str]:

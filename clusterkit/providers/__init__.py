@@ -1,5 +1,6 @@
-"""Cluster providers: `local` (a real Slurm cluster on this machine) and `aws` (AWS ParallelCluster),
-behind one interface (`base.Provider`, `base.Cluster`); `ssh`, an existing cluster reached over SSH; and
+"""Cluster providers: `local` (a real Slurm cluster on this machine), `aws` (AWS ParallelCluster) and
+`hyperpod` (SageMaker HyperPod), behind one interface (`base.Provider`, `base.Cluster`); `ssh`, an existing
+cluster reached over SSH; and
 `host`, the Slurm this machine is configured for (a ParallelCluster head node). The last two are one
 class, `existing.ExistingCluster`, given a transport: clusterkit uses them but did not make them.
 
@@ -31,6 +32,7 @@ HOST_CLUSTER = "host"  # the Slurm this machine is configured for, e.g. on a Par
 PROVIDERS = {
     "local": "clusterkit.providers.local.cluster:LocalProvider",
     "aws": "clusterkit.providers.aws.cluster:AwsProvider",
+    "hyperpod": "clusterkit.providers.hyperpod.cluster:HyperPodProvider",
     "ssh": "clusterkit.providers.ssh:SshProvider",
 }
 

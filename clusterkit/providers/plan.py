@@ -48,6 +48,8 @@ class ClusterRequest:
     key_name: str | None = None
     custom_ami: str | None = None
     identity_file: str | None = None  # the SSH key for the head node, when not ~/.ssh/KEY_NAME(.pem)
+    # HyperPod (also takes preset, spec_file, region and subnet_id): the role its instance groups run as.
+    execution_role: str | None = None
     # local: the cluster's shape.
     nodes: int = 4
     cpus_per_node: int = 2

@@ -25,8 +25,9 @@ FLAGS = [
     (["--nodes", "2"], "local"), (["--cpus-per-node", "4"], "local"), (["--gpus-per-node", "1"], "local"),
     (["--ssh"], "local"), (["--timings", "parallelcluster"], "local"), (["--replace-nodes"], "local"),
     (["--no-replace-nodes"], "local"), (["--boot-delay", "5"], "local"),
+    (["--execution-role", "arn:aws:iam::123456789012:role/x"], "hyperpod"),
 ]
-OTHER = {"aws": "local", "local": "aws"}
+OTHER = {"aws": "local", "local": "aws", "hyperpod": "aws"}
 
 
 def run_cli(*args: str, home: str) -> subprocess.CompletedProcess[str]:
@@ -60,8 +61,13 @@ def _non_default(name: str) -> object:
     return {bool: True, int: 7, str: "x"}[type(default)] if default is not None else "x"
 
 
-DECLARED = [(option.field, name) for name in ("aws", "local") for option in provider_named(name).options
-            if option.field in {f.name for f in dataclasses.fields(ClusterRequest)}]
+def _wrong_provider_lacks(field: str, owner: str) -> bool:
+    return field not in {option.field for option in provider_named(OTHER[owner]).options}
+
+
+DECLARED = [(option.field, name) for name in ("aws", "local", "hyperpod") for option in provider_named(name).options
+            if option.field in {f.name for f in dataclasses.fields(ClusterRequest)}
+            and _wrong_provider_lacks(option.field, name)]
 
 
 @pytest.mark.parametrize(("field", "owner"), DECLARED, ids=[field for field, _ in DECLARED])
@@ -74,15 +80,25 @@ def test_the_python_api_refuses_another_providers_field(field: str, owner: str) 
     assert raised.value.fix == f"drop it, or use --provider {owner}"
 
 
-def test_every_request_field_is_declared_by_exactly_one_provider() -> None:
+def test_every_request_field_is_declared_and_a_flag_means_one_field_everywhere() -> None:
+    # hyperpod takes aws's spec options (a preset or spec file, region, subnet): a field may have several owners.
     owners: dict[str, list[str]] = {}
+    flags: dict[str, set[str]] = {}
     for name in PROVIDERS:
         for option in provider_named(name).options:
             owners.setdefault(option.field, []).append(name)
+            flags.setdefault(option.flag, set()).add(option.field)
     fields = [f.name for f in dataclasses.fields(ClusterRequest) if f.name not in NEUTRAL]
-    assert {field: owners.get(field) for field in fields} == {field: [owners[field][0]] for field in fields}
-    flags = [option.flag for name in PROVIDERS for option in provider_named(name).options]
-    assert len(flags) == len(set(flags))
+    assert [field for field in fields if field not in owners] == []
+    assert {flag: fields for flag, fields in flags.items() if len(fields) > 1} == {}
+    assert owners["execution_role"] == ["hyperpod"] and owners["preset"] == ["aws", "hyperpod"]
+
+
+def test_hyperpod_refuses_what_only_parallelcluster_takes(tmp_path) -> None:
+    result = run_cli("create-cluster", "--name", "x", "--provider", "hyperpod", "--preset", "p5", "--key-name", "k",
+                     "--dry-run", home=str(tmp_path))
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert "--key-name is an option of provider aws, not hyperpod" in result.stderr
 
 
 @pytest.mark.parametrize(("flag", "said"), [

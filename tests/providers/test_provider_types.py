@@ -16,6 +16,7 @@ from clusterkit.providers.base import Cluster, Provider
 from clusterkit.providers.existing import ExistingCluster
 
 CLUSTERS = ["clusterkit.providers.aws.cluster:AwsCluster", "clusterkit.providers.local.cluster:LocalCluster",
+            "clusterkit.providers.hyperpod.cluster:HyperPodCluster",
             "clusterkit.providers.existing:ExistingCluster"]
 
 

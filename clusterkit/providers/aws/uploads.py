@@ -19,7 +19,20 @@ from clusterkit.providers.base import Progress, quiet
 def upload_node_scripts(aws: Aws, bucket: str, account: str, scripts: dict[str, str], create_bucket: bool,
                         progress: Progress = quiet) -> None:
     """Upload `scripts` (s3:// URL -> local file, as the plan holds them) into `bucket`."""
-    if not scripts:
+    objects = {}
+    for url, path in scripts.items():
+        data = Path(path).read_bytes()
+        if f"/sha256-{hashlib.sha256(data).hexdigest()}/" not in url:
+            raise ClusterkitError(f"node script {path} does not match {url}",
+                                  fix="the installed clusterkit changed since the plan was made: plan again")
+        objects[url] = data
+    put_objects(aws, bucket, account, objects, create_bucket, progress)
+
+
+def put_objects(aws: Aws, bucket: str, account: str, objects: dict[str, bytes], create_bucket: bool,
+                progress: Progress = quiet) -> None:
+    """Write `objects` (s3:// URL in `bucket` -> bytes), making the bucket first (private) when asked to."""
+    if not objects:
         return
     if create_bucket:
         progress(f"creating S3 bucket {bucket} for clusterkit's node scripts")
@@ -29,12 +42,10 @@ def upload_node_scripts(aws: Aws, bucket: str, account: str, scripts: dict[str, 
         call(aws, "s3", "put_public_access_block", Bucket=bucket, ExpectedBucketOwner=account,
              PublicAccessBlockConfiguration={"BlockPublicAcls": True, "IgnorePublicAcls": True,
                                              "BlockPublicPolicy": True, "RestrictPublicBuckets": True})
-    for url, path in scripts.items():
-        data = Path(path).read_bytes()
-        prefix = f"s3://{bucket}/"
-        if not url.startswith(prefix) or f"/sha256-{hashlib.sha256(data).hexdigest()}/" not in url:
-            raise ClusterkitError(f"node script {path} does not match {url}",
-                                  fix="the installed clusterkit changed since the plan was made: plan again")
-        progress(f"uploading {Path(path).name} to {url}")
+    prefix = f"s3://{bucket}/"
+    for url, data in objects.items():
+        if not url.startswith(prefix):
+            raise ClusterkitError(f"{url} is not in bucket {bucket}", fix="plan again")
+        progress(f"uploading {url.rsplit('/', 1)[-1]} to {url}")
         call(aws, "s3", "put_object", Bucket=bucket, Key=url[len(prefix):], Body=data, ExpectedBucketOwner=account,
              ServerSideEncryption="AES256")

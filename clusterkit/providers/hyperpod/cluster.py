@@ -1,0 +1,476 @@
+"""SageMaker HyperPod clusters: the `hyperpod` provider and the clusters it manages.
+
+    provider = HyperPodProvider()
+    plan = provider.plan(ClusterRequest(name="train", provider="hyperpod", preset="p5", subnet_id="subnet-...",
+                                        execution_role="arn:aws:iam::111122223333:role/hyperpod"))
+    plan.details.request           # the exact keyword arguments of boto3's sagemaker.create_cluster, checked offline
+    plan = provider.prepare(plan)  # the caller, the subnets' VPC, the file system's names, the lifecycle bucket
+    cluster = provider.apply(plan) # the lifecycle set, the nodes' security group, CreateCluster, followed
+    cluster.describe(); cluster.resize("train", 8); cluster.replace_nodes(["i-..."]); cluster.delete()
+    cluster.reboot_nodes(["i-..."])
+
+What is not built yet is refused in one line: clusterkit's prerequisites network for HyperPod (give --subnet-id),
+and reaching the controller's Slurm from here (run clusterkit on the controller).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from clusterkit import registry
+from clusterkit.cluster.loader import load_spec_data
+from clusterkit.cluster.node_scripts import lifecycle_scripts, set_digest
+from clusterkit.cluster.plan import spec_data
+from clusterkit.cluster.render import PLACEHOLDER_SUBNET
+from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
+from clusterkit.files import write_atomically
+from clusterkit.findings import Finding, error
+from clusterkit.providers.aws.access import Aws
+from clusterkit.providers.base import (
+    ClusterInfo,
+    ComputeResourceSize,
+    DeletionPlan,
+    InstanceInfo,
+    Progress,
+    ResizeResult,
+    quiet,
+)
+from clusterkit.providers.hyperpod.plan import HyperPodClusterState, HyperPodPlanDetails, PreparedFacts
+from clusterkit.providers.hyperpod.request import (
+    PARAMETERS_FILE,
+    PLACEHOLDER_SECURITY_GROUP,
+    HyperPodDraft,
+    create_cluster_request,
+    lifecycle_bucket,
+    lifecycle_files,
+    lifecycle_parameters,
+    lifecycle_prefix,
+    parameters_text,
+)
+from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, refuse_foreign_options
+from clusterkit.registry import JsonObject
+
+if TYPE_CHECKING:
+    from clusterkit.cluster.spec import ClusterSpec
+    from clusterkit.slurm import Slurm
+
+PROVIDER = "hyperpod"
+REQUEST_FILE = "create_cluster_request.json"
+POLL_SECONDS = 30.0  # between looks at the cluster; tests lower it
+NODES_PER_CALL = 25  # BatchReplaceClusterNodes and BatchRebootClusterNodes take at most 25 nodes a call
+SECURITY_GROUP_NAME = "clusterkit-hyperpod-{name}"
+_NODE_ID_RE = re.compile(r"i-[a-f0-9]{8}(?:[a-f0-9]{9})?")  # botocore's ClusterNodeId
+# HyperPod's ClusterStatus -> the provider-neutral status the CLI shows for every provider.
+_STATUS = {"InService": "running", "Creating": "creating", "Updating": "updating", "SystemUpdating": "updating",
+           "RollingBack": "updating", "Deleting": "deleting", "Failed": "failed"}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class HyperPodProvider:
+    """SageMaker HyperPod clusters with Slurm, from clusterkit's cluster specs and presets. `aws` is the edge (boto3);
+    tests swap it."""
+
+    name = PROVIDER
+    options = (Option("preset", "--preset"), Option("spec_file", "--file"), Option("region", "--region"),
+               Option("subnet_id", "--subnet-id"), Option("execution_role", "--execution-role"),
+               Option("output_config", "--output-config"))
+
+    def __init__(self, aws: Aws | None = None) -> None:
+        self._aws = aws
+
+    def _aws_for(self, region: str) -> Aws:
+        if self._aws is None or self._aws.region != region:
+            self._aws = Aws(region)
+        return self._aws
+
+    def plan(self, request: ClusterRequest) -> ClusterPlan[HyperPodPlanDetails]:
+        """The CreateCluster request, HyperPod's findings and the lifecycle set, from the request alone."""
+        refuse_foreign_options(self, request.given())
+        overrides = {path: value for path, value in (("name", request.name), ("region", request.region),
+                                                     ("subnet_id", request.subnet_id)) if value is not None}
+        spec, findings = load_spec_data(spec_data(request.preset, request.spec_file, overrides))
+        if spec is None:
+            return ClusterPlan(PROVIDER, request.name, HyperPodPlanDetails(), tuple(findings))
+        details, more = _details(spec, request.execution_role)
+        plan = ClusterPlan(PROVIDER, spec.name, details, tuple(findings + more))
+        return plan.replace(files=_files(plan), actions=_actions(plan))
+
+    def prepare(self, plan: ClusterPlan[HyperPodPlanDetails],
+                progress: Progress = quiet) -> ClusterPlan[HyperPodPlanDetails]:
+        """Ask the account, change nothing: the caller, the subnets' VPC, the file system's names, the bucket."""
+        from clusterkit.providers.aws.access import check_caller
+
+        spec = plan.details.spec
+        if not plan.ok or spec is None:
+            raise ClusterkitError("the cluster spec has errors", fix="run with --dry-run to see them")
+        if registry.exists(plan.name):
+            raise AlreadyExists(f"a cluster named {plan.name!r} already exists", fix=f"choose another --name, or "
+                                f"delete it first with `clusterkit delete-cluster {plan.name}`")
+        subnets = plan.details.request["VpcConfig"]["Subnets"]  # type: ignore[index,call-overload]
+        if PLACEHOLDER_SUBNET in subnets:
+            raise ClusterkitError("creating clusterkit's prerequisites network for HyperPod is not built yet",
+                                  fix="give --subnet-id: a private subnet with a NAT route (EFA nodes get no "
+                                      "public IP)")
+        aws = self._aws_for(spec.region)
+        progress(f"checking AWS credentials for {aws.region}")
+        caller = check_caller(aws)
+        findings: list[Finding] = []
+        progress(f"looking up subnets {', '.join(subnets)}")
+        found = _call(aws, "ec2", "describe_subnets", SubnetIds=list(subnets))["Subnets"]
+        vpcs = sorted({subnet["VpcId"] for subnet in found})
+        if len(vpcs) != 1:
+            findings.append(error("subnet_id", f"the subnets are in {len(vpcs)} VPCs", "give subnets of one VPC"))
+        vpc_id = vpcs[0] if vpcs else ""
+        dns_name = mount_name = ""
+        lustre = next((fsx for fsx in spec.storage.lustre if not fsx.is_new), None)
+        if lustre is not None:
+            progress(f"looking up FSx for Lustre {lustre.file_system_id}")
+            system = _call(aws, "fsx", "describe_file_systems",
+                           FileSystemIds=[lustre.file_system_id])["FileSystems"][0]
+            dns_name = system.get("DNSName") or ""
+            mount_name = (system.get("LustreConfiguration") or {}).get("MountName") or ""
+            if not dns_name or not mount_name:
+                findings.append(error("storage.lustre[0].file_system_id", "FSx reports no DNS or mount name for it",
+                                      "wait until the file system is AVAILABLE", lustre.file_system_id))
+        bucket = lifecycle_bucket(spec, plan.details.execution_role)
+        create_bucket = _bucket_missing(aws, bucket, caller["account"])
+        details, more = _details(spec, plan.details.execution_role, dns_name, mount_name)
+        details = dataclasses.replace(details, prepared=PreparedFacts(
+            account=caller["account"], caller=caller["arn"], vpc_id=vpc_id, create_bucket=create_bucket,
+            lustre_dns_name=dns_name or None))
+        prepared = plan.replace(details=details, findings=tuple(more + findings))
+        return prepared.replace(files=_files(prepared), actions=_actions(prepared))
+
+    def apply(self, plan: ClusterPlan[HyperPodPlanDetails], progress: Progress = quiet,
+              poll_seconds: float | None = None) -> HyperPodCluster:
+        """Upload the lifecycle set, make the nodes' security group, create the cluster and follow it to InService.
+        The record is saved before anything is made, so `delete-cluster` can clean up a failed create."""
+        from clusterkit.providers.aws.uploads import put_objects
+
+        details, prepared = plan.details, plan.details.prepared
+        if prepared is None or not plan.ok or details.request is None or details.spec is None:
+            raise ClusterkitError(f"cluster {plan.name!r} was not prepared against AWS, or did not pass",
+                                  fix="prepare the plan first (provider.prepare(plan)) and fix its findings")
+        aws = self._aws_for(details.spec.region)
+        directory = registry.cluster_dir(plan.name)
+        directory.mkdir(parents=True, exist_ok=True)
+        for path, text in plan.files.items():
+            write_atomically(Path(path), text)
+        objects = {url: Path(path).read_bytes() for url, path in details.uploads.items()}
+        if f"/sha256-{set_digest({url.rsplit('/', 1)[-1]: data for url, data in objects.items()})}/" \
+                not in str(details.lifecycle_uri):
+            raise ClusterkitError("the lifecycle files changed since the plan was made", fix="plan again")
+        lustre = next((fsx for fsx in details.spec.storage.lustre if not fsx.is_new), None)
+        state = HyperPodClusterState(region=aws.region, request_file=str(directory / REQUEST_FILE),
+                                     lustre_file_system_id=lustre.file_system_id if lustre else None,
+                                     lifecycle_uri=details.lifecycle_uri, queues=_queues(details.spec))
+        record = registry.ClusterRecord(name=plan.name, provider=PROVIDER, created=_now(), details=state)
+        registry.save(record)  # from here on, `delete-cluster` can remove what the create made
+        bucket = str(details.lifecycle_uri).split("/")[2]
+        put_objects(aws, bucket, prepared.account, objects, prepared.create_bucket, progress)
+        group_name = SECURITY_GROUP_NAME.format(name=plan.name)
+        progress(f"creating security group {group_name} in {prepared.vpc_id}")
+        group = _call(aws, "ec2", "create_security_group", GroupName=group_name, VpcId=prepared.vpc_id,
+                      Description=f"clusterkit HyperPod cluster {plan.name}: all traffic among its nodes (EFA)",
+                      TagSpecifications=[{"ResourceType": "security-group",
+                                          "Tags": [{"Key": "clusterkit:cluster", "Value": plan.name}]}])["GroupId"]
+        state.security_group_id = group
+        registry.save(record)
+        _call(aws, "ec2", "authorize_security_group_ingress", GroupId=group,
+              IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]}])
+        request = {**details.request, "VpcConfig": {**details.request["VpcConfig"],  # type: ignore[dict-item]
+                                                    "SecurityGroupIds": [group]}}
+        write_atomically(Path(state.request_file), json.dumps(request, indent=2) + "\n")
+        progress(f"creating HyperPod cluster {plan.name!r} in {aws.region}")
+        state.cluster_arn = _call(aws, "sagemaker", "create_cluster", **request)["ClusterArn"]
+        registry.save(record)
+        cluster = HyperPodCluster(record, aws=aws)
+        cluster.follow("InService", progress, poll_seconds)
+        return cluster
+
+    def read_state(self, record: registry.ClusterRecord[JsonObject]) -> registry.ClusterRecord[HyperPodClusterState]:
+        return registry.ClusterRecord(record.name, record.provider, record.created,
+                                      HyperPodClusterState.from_json(record.details))
+
+    def open(self, record: registry.ClusterRecord[HyperPodClusterState]) -> HyperPodCluster:
+        return HyperPodCluster(record, aws=self._aws)
+
+
+def _details(spec: ClusterSpec, execution_role: str | None, lustre_dns_name: str = "",
+             lustre_mount_name: str = "") -> tuple[HyperPodPlanDetails, list[Finding]]:
+    """The request, the lifecycle set and HyperPod's findings for a spec (with the file system's names once known)."""
+    from clusterkit.providers.hyperpod.rules import check  # lazy: the rules read botocore's model
+
+    parameters = lifecycle_parameters(spec, lustre_dns_name, lustre_mount_name)
+    bucket = lifecycle_bucket(spec, execution_role)
+    files = lifecycle_files(parameters)
+    prefix = lifecycle_prefix(bucket, files)
+    request = create_cluster_request(spec, execution_role, prefix)
+    findings = check(HyperPodDraft(spec, execution_role, request, bucket))
+    shipped = {name: str(path) for name, path in lifecycle_scripts().items()}
+    parameters_file = str(registry.cluster_dir(spec.name) / PARAMETERS_FILE)
+    uploads = {prefix + name: shipped.get(name, parameters_file) for name in sorted(files)}
+    return HyperPodPlanDetails(spec=spec, region=spec.region, request=request, lifecycle_uri=prefix, uploads=uploads,
+                               execution_role=execution_role, parameters_text=parameters_text(parameters)), findings
+
+
+def _files(plan: ClusterPlan[HyperPodPlanDetails]) -> dict[str, str]:
+    text = plan.details.parameters_text
+    return {str(registry.cluster_dir(plan.name) / PARAMETERS_FILE): text} if text is not None else {}
+
+
+def _actions(plan: ClusterPlan[HyperPodPlanDetails]) -> tuple[str, ...]:
+    details, prepared = plan.details, plan.details.prepared
+    uploads = tuple(f"upload {url.rsplit('/', 1)[-1]} to {url}" for url in details.uploads)
+    if prepared is None:
+        asked = (f"check the AWS caller (sts get-caller-identity) in {details.region}",
+                 "look up the subnets' VPC (ec2 describe-subnets) and the FSx for Lustre file system's DNS and mount "
+                 "names (fsx describe-file-systems), and whether the lifecycle bucket exists")
+        group = "create the nodes' security group in the subnets' VPC (all traffic within itself)"
+    else:
+        bucket = str(details.lifecycle_uri).split("/")[2]
+        asked = (f"create S3 bucket {bucket} (private)",) if prepared.create_bucket else ()
+        group = (f"create security group {SECURITY_GROUP_NAME.format(name=plan.name)} in {prepared.vpc_id} "
+                 "(all traffic within itself) and put its id in VpcConfig.SecurityGroupIds")
+    return (*asked, *uploads, group,
+            f"call sagemaker create_cluster with create_cluster_request and follow cluster {plan.name} to InService")
+
+
+def _bucket_missing(aws: Aws, bucket: str, account: str) -> bool:
+    """Whether the lifecycle bucket must be made; a bucket of another account is refused."""
+    from botocore.exceptions import ClientError
+
+    from clusterkit.providers.aws.access import call
+
+    try:
+        call(aws, "s3", "head_bucket", Bucket=bucket, ExpectedBucketOwner=account)
+    except ClientError as failure:
+        code = str(failure.response.get("Error", {}).get("Code", ""))
+        if code in ("404", "NoSuchBucket", "NotFound"):
+            return True
+        raise ClusterkitError(f"S3 bucket {bucket} is not this account's ({code})",
+                              fix="name a bucket of yours in scripts_bucket (sagemaker-...)") from None
+    return False
+
+
+def _queues(spec: ClusterSpec) -> dict[str, list[str]]:
+    return {queue.name: [compute.instance_type for compute in queue.compute] for queue in spec.queues}
+
+
+def _call(aws: Aws, service: str, operation: str, **params: object) -> dict:
+    """An AWS call whose refusal is one line naming the service, the operation and AWS's reason."""
+    from botocore.exceptions import ClientError
+
+    from clusterkit.providers.aws.access import call
+
+    try:
+        return call(aws, service, operation, **params)
+    except ClientError as failure:
+        reason = failure.response.get("Error", {})
+        who = {"sagemaker": "SageMaker", "ec2": "EC2", "fsx": "FSx"}.get(service, service)
+        raise ClusterkitError(f"{who} refused {failure.operation_name} in {aws.region}: "
+                              f"{reason.get('Code', '?')}: {reason.get('Message', '')}".strip(),
+                              fix="see the reason; nothing else was changed by this call") from None
+
+
+class HyperPodCluster:
+    """A HyperPod cluster known to the registry."""
+
+    def __init__(self, record: registry.ClusterRecord[HyperPodClusterState], aws: Aws | None = None) -> None:
+        if record.provider != PROVIDER:
+            raise ClusterkitError(f"cluster {record.name!r} is a {record.provider} cluster, not a HyperPod one")
+        self.record = record
+        self.state = record.details
+        self._aws = aws
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def aws(self) -> Aws:
+        if self._aws is None or self._aws.region != self.state.region:
+            self._aws = Aws(self.state.region)
+        return self._aws
+
+    def _described(self) -> dict | None:
+        """DescribeCluster's answer; None when the cluster is gone."""
+        from botocore.exceptions import ClientError
+
+        from clusterkit.providers.aws.access import call
+
+        try:
+            return call(self.aws, "sagemaker", "describe_cluster", ClusterName=self.name)
+        except ClientError as failure:
+            reason = failure.response.get("Error", {})
+            # ResourceNotFound; some SageMaker answers (and moto's) say ValidationException "Could not find ...".
+            if reason.get("Code") == "ResourceNotFound" or (
+                    reason.get("Code") == "ValidationException" and "Could not find" in str(reason.get("Message"))):
+                return None
+            raise
+
+    def follow(self, wanted: str | None, progress: Progress = quiet, poll_seconds: float | None = None) -> None:
+        """Poll until the cluster's status is `wanted` (or it is gone, when `wanted` is None), saying each change;
+        a Failed cluster is one line with SageMaker's reason."""
+        poll = POLL_SECONDS if poll_seconds is None else poll_seconds
+        said: str | None = ""  # nothing said yet ("" is no status)
+        while True:
+            found = self._described()
+            status = None if found is None else found.get("ClusterStatus")
+            if status != said:
+                progress(f"cluster {self.name!r}: {status or 'deleted'}")
+                said = status
+            if status == wanted:
+                return
+            if status == "Failed":
+                reason = (found or {}).get("FailureMessage") or "SageMaker gave no reason"
+                raise ClusterkitError(f"HyperPod cluster {self.name!r} failed: {reason}",
+                                      fix=f"remove it with `clusterkit delete-cluster {self.name}`")
+            if status is None and wanted is not None:
+                raise NotFound(f"HyperPod cluster {self.name!r} is gone from {self.state.region}",
+                               fix=f"remove it here with `clusterkit delete-cluster {self.name}`")
+            time.sleep(poll)
+
+    def nodes(self) -> tuple[InstanceInfo, ...]:
+        groups = {group["InstanceGroupName"]: group for group in self._request()["InstanceGroups"]}
+        found, token = [], None
+        while True:
+            page = _call(self.aws, "sagemaker", "list_cluster_nodes", ClusterName=self.name,
+                         **({"NextToken": token} if token else {}))
+            for node in page.get("ClusterNodeSummaries", []):
+                slurm = groups.get(node["InstanceGroupName"], {}).get("SlurmConfig", {})
+                partitions = slurm.get("PartitionNames") or [None]
+                found.append(InstanceInfo(name=node["InstanceId"], node_type=slurm.get("NodeType", "?"),
+                                          queue=partitions[0], instance_type=node["InstanceType"],
+                                          state=node.get("InstanceStatus", {}).get("Status", "?"), private_ip=None))
+            token = page.get("NextToken")
+            if not token:
+                return tuple(found)
+
+    def describe(self) -> ClusterInfo:
+        found = self._described()
+        details: JsonObject = {"region": self.state.region, "cluster_arn": self.state.cluster_arn,
+                               "security_group": self.state.security_group_id}
+        if found is None:
+            return ClusterInfo(self.name, PROVIDER, "gone", self.record.created, details=details)
+        status = found.get("ClusterStatus", "")
+        return ClusterInfo(self.name, PROVIDER, _STATUS.get(status, status.lower()), self.record.created,
+                           self.nodes(), details={**details, "cluster_status": status},
+                           where=f"in {self.state.region}")
+
+    def slurm(self) -> Slurm:
+        raise ClusterkitError(f"jobs on HyperPod cluster {self.name!r} cannot be submitted from here yet",
+                              fix="run clusterkit on its controller node (--cluster host)")
+
+    def runs_dir(self) -> str | None:
+        return None
+
+    def python(self) -> str:
+        return "python3"
+
+    def queues(self) -> dict[str, list[str]]:
+        return {queue: list(types) for queue, types in self.state.queues.items()}
+
+    def replacing(self) -> tuple[str, ...]:
+        return ()
+
+    def _request(self) -> JsonObject:
+        return json.loads(Path(self.state.request_file).read_text())
+
+    def resize(self, queue: str, max_count: int, min_count: int | None = None, compute_resource: str | None = None,
+               progress: Progress = quiet, poll_seconds: float | None = None) -> ResizeResult:
+        """Set a queue's instance group to `max_count` nodes (UpdateCluster); HyperPod has no dynamic nodes."""
+        if max_count < 0 or (min_count is not None and min_count != max_count):
+            raise ClusterkitError(f"invalid size for HyperPod: --min-count {min_count} --max-count {max_count}",
+                                  fix="HyperPod runs every node all the time: give --max-count only (0 or more)")
+        request = self._request()
+        groups = [group for group in request["InstanceGroups"]  # type: ignore[union-attr]
+                  if queue in (group.get("SlurmConfig", {}).get("PartitionNames") or [])]  # type: ignore[union-attr]
+        if not groups:
+            raise NotFound(f"no queue {queue!r}", fix=f"queues: {', '.join(self.state.queues)}")
+        names = [str(group["InstanceGroupName"])[len(queue) + 1:] for group in groups]  # type: ignore[index]
+        if compute_resource is not None:
+            groups = [group for group, name in zip(groups, names) if name == compute_resource]
+        if len(groups) != 1:
+            raise ClusterkitError(f"queue {queue!r} has {'several' if groups else 'no such'} compute resource(s)",
+                                  fix=f"name one with --compute-resource: {', '.join(names)}")
+        group = {**groups[0], "InstanceCount": max_count}  # type: ignore[dict-item]
+        progress(f"updating HyperPod cluster {self.name!r}: instance group {group['InstanceGroupName']} to {max_count}")
+        _call(self.aws, "sagemaker", "update_cluster", ClusterName=self.name, InstanceGroups=[group])
+        self.follow("InService", progress, poll_seconds)
+        groups[0]["InstanceCount"] = max_count  # type: ignore[index]
+        write_atomically(Path(self.state.request_file), json.dumps(request, indent=2) + "\n")
+        return ResizeResult(self.name, queue, (ComputeResourceSize(str(group["InstanceGroupName"]), max_count,
+                                                                   max_count),))
+
+    def replace_nodes(self, node_ids: list[str], progress: Progress = quiet) -> tuple[str, ...]:
+        """Ask HyperPod to replace these nodes (new instances; their volumes are lost), at most 25 a call; returns
+        the ids being replaced, and fails in one line naming those refused."""
+        return self._batch("replace", "batch_replace_cluster_nodes", node_ids, progress)
+
+    def reboot_nodes(self, node_ids: list[str], progress: Progress = quiet) -> tuple[str, ...]:
+        """Ask HyperPod to reboot these nodes (the same instances and volumes), at most 25 a call."""
+        return self._batch("reboot", "batch_reboot_cluster_nodes", node_ids, progress)
+
+    def _batch(self, verb: str, operation: str, node_ids: list[str], progress: Progress) -> tuple[str, ...]:
+        malformed = [node for node in node_ids if not _NODE_ID_RE.fullmatch(node)]
+        if malformed or not node_ids:
+            raise ClusterkitError(f"not a HyperPod node id: {malformed[0]!r}" if malformed else f"no node to {verb}",
+                                  fix="give EC2 instance ids (i-...) as `clusterkit describe-cluster` lists them")
+        done: list[str] = []
+        refused: list[str] = []
+        for start in range(0, len(node_ids), NODES_PER_CALL):
+            batch = node_ids[start:start + NODES_PER_CALL]
+            progress(f"{verb.rstrip('e')}ing {len(batch)} node(s) of {self.name!r}: {', '.join(batch)}")
+            answer = _call(self.aws, "sagemaker", operation, ClusterName=self.name, NodeIds=batch)
+            done += list(answer.get("Successful", []))
+            refused += [f"{failed.get('NodeId')} ({failed.get('ErrorCode')}: {failed.get('Message')})"
+                        for failed in answer.get("Failed", [])]
+        if refused:
+            raise ClusterkitError(f"HyperPod did not {verb} {len(refused)} node(s): {'; '.join(refused)}",
+                                  fix="check the ids with `clusterkit describe-cluster`" +
+                                      (f"; {len(done)} other(s) are being {verb.rstrip('e')}ed" if done else ""))
+        return tuple(done)
+
+    def deletion(self) -> DeletionPlan:
+        deletes = [f"HyperPod cluster {self.name} in {self.state.region}: every node, its root and EBS volumes"]
+        if self.state.security_group_id:
+            deletes.append(f"security group {self.state.security_group_id} (made for its nodes)")
+        keeps = ["the subnets and their VPC (the network is not the cluster's)"]
+        if self.state.lustre_file_system_id:
+            keeps.insert(0, f"FSx for Lustre {self.state.lustre_file_system_id} and every file on it")
+        if self.state.lifecycle_uri:
+            keeps.append(f"the lifecycle scripts at {self.state.lifecycle_uri}")
+        return DeletionPlan(self.name, tuple(deletes), tuple(keeps), confirm=True)
+
+    def delete(self, progress: Progress = quiet, poll_seconds: float | None = None) -> None:
+        from clusterkit.providers.aws.access import call
+
+        if self.state.cluster_arn and self._described() is not None:
+            progress(f"deleting HyperPod cluster {self.name!r} in {self.state.region}")
+            _call(self.aws, "sagemaker", "delete_cluster", ClusterName=self.name)
+            self.follow(None, progress, poll_seconds)
+        if self.state.security_group_id:
+            from botocore.exceptions import ClientError
+
+            progress(f"deleting security group {self.state.security_group_id}")
+            try:
+                call(self.aws, "ec2", "delete_security_group", GroupId=self.state.security_group_id)
+            except ClientError as failure:
+                if failure.response.get("Error", {}).get("Code") != "InvalidGroup.NotFound":
+                    raise ClusterkitError(f"security group {self.state.security_group_id} was not deleted: "
+                                          f"{failure.response.get('Error', {}).get('Message', failure)}",
+                                          fix=f"retry `clusterkit delete-cluster {self.name}` once the cluster's "
+                                              "network interfaces are gone") from None
+        registry.remove(self.name)
+        shutil.rmtree(registry.cluster_dir(self.name), ignore_errors=True)

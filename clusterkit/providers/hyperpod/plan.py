@@ -1,0 +1,118 @@
+"""The `hyperpod` provider's typed data: what its plan holds (`HyperPodPlanDetails`) and what its records keep
+(`HyperPodClusterState`). JSON only at the edges: `plan_fields()` for --output json, `to_json`/`from_json` for the
+registry.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import field
+
+from clusterkit.cluster.spec import ClusterSpec
+from clusterkit.lean_dataclass import lean_dataclass
+from clusterkit.registry import JsonObject
+
+
+@lean_dataclass(frozen=True)
+class HyperPodPlanDetails:
+    """A HyperPod plan: the checked spec, the exact `create_cluster` keyword arguments, and the lifecycle set apply
+    uploads (s3:// URL -> local file) under `lifecycle_uri`."""
+
+    spec: ClusterSpec | None = None
+    region: str | None = None
+    request: JsonObject | None = None
+    lifecycle_uri: str | None = None
+    uploads: dict[str, str] = field(default_factory=dict)
+    execution_role: str | None = None
+    parameters_text: str | None = None  # clusterkit-lifecycle.json, one file of the set
+    prepared: PreparedFacts | None = None  # None until the account was asked
+
+    @property
+    def complete(self) -> bool:
+        return self.spec is not None and self.request is not None
+
+    @property
+    def document(self) -> str | None:
+        """The request as JSON: what --output-config writes (`aws sagemaker create-cluster --cli-input-json`)."""
+        return json.dumps(self.request, indent=2) + "\n" if self.request is not None else None
+
+    @property
+    def prerequisites_template(self) -> str | None:
+        return None
+
+    @property
+    def where(self) -> str:
+        return f"in {self.region}" if self.region else ""
+
+    def notes(self) -> tuple[str, ...]:
+        if self.prepared is None:
+            return ()
+        return (f"account {self.prepared.account}; nodes in {self.prepared.vpc_id}",
+                *((f"file system {self.prepared.lustre_dns_name}",) if self.prepared.lustre_dns_name else ()))
+
+    def summary_lines(self) -> tuple[str, ...]:
+        if self.request is None:
+            return ()
+        lines = []
+        for group in self.request["InstanceGroups"]:  # type: ignore[union-attr]
+            slurm: dict = group["SlurmConfig"]  # type: ignore[index,call-overload]
+            partition = f", partition {slurm['PartitionNames'][0]}" if slurm.get("PartitionNames") else ""
+            count, kind = group["InstanceCount"], group["InstanceType"]  # type: ignore[index,call-overload]
+            lines.append(f"# {group['InstanceGroupName']}: {count} x {kind} "  # type: ignore[index,call-overload]
+                         f"({slurm['NodeType']}{partition})")
+        return tuple(lines)
+
+    def plan_fields(self) -> JsonObject:
+        details: JsonObject = {"region": self.region, "lifecycle_uri": self.lifecycle_uri}
+        if self.prepared is not None:
+            details.update(prepared=True, **self.prepared.to_json())
+        return {"create_cluster_request": self.request, "uploads": dict(self.uploads),  # type: ignore[dict-item]
+                "details": details}
+
+
+@lean_dataclass(frozen=True)
+class PreparedFacts:
+    """What preparing learnt from the account: who asked, the nodes' VPC (apply makes their security group in it),
+    the file system's DNS name, and whether the lifecycle bucket must be made."""
+
+    account: str
+    caller: str
+    vpc_id: str
+    create_bucket: bool = False
+    lustre_dns_name: str | None = None
+
+    def to_json(self) -> JsonObject:
+        return {"account": self.account, "caller": self.caller, "vpc_id": self.vpc_id,
+                "create_bucket": self.create_bucket, "lustre_dns_name": self.lustre_dns_name}
+
+
+@lean_dataclass
+class HyperPodClusterState:
+    """What a HyperPod cluster's record keeps: where it is, its ARN, the request it was made with (its groups, for
+    resizing), the security group clusterkit made for it, what it mounts, and its partitions' instance types."""
+
+    region: str
+    request_file: str
+    cluster_arn: str | None = None
+    security_group_id: str | None = None
+    lustre_file_system_id: str | None = None
+    lifecycle_uri: str | None = None
+    queues: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_json(self) -> JsonObject:
+        return {"region": self.region, "request_file": self.request_file, "cluster_arn": self.cluster_arn,
+                "security_group_id": self.security_group_id, "lustre_file_system_id": self.lustre_file_system_id,
+                "lifecycle_uri": self.lifecycle_uri,
+                "queues": {queue: list(types) for queue, types in self.queues.items()}}  # type: ignore[dict-item]
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> HyperPodClusterState:
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return None if value is None else str(value)
+
+        queues = data.get("queues") or {}
+        return cls(region=str(data["region"]), request_file=str(data["request_file"]), cluster_arn=text("cluster_arn"),
+                   security_group_id=text("security_group_id"), lustre_file_system_id=text("lustre_file_system_id"),
+                   lifecycle_uri=text("lifecycle_uri"),
+                   queues={str(q): [str(t) for t in types] for q, types in queues.items()})  # type: ignore[union-attr]

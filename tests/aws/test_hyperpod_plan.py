@@ -1,0 +1,186 @@
+"""The `hyperpod` provider's plan: from every preset, a CreateCluster request that botocore's model and moto's
+create accept; HyperPod's rules refuse what SageMaker would, naming the field; creating is refused in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from clusterkit.cluster.node_scripts import LIFECYCLE_KEY_PREFIX
+from clusterkit.cluster.presets import preset, preset_names
+from clusterkit.findings import Level
+from clusterkit.providers import provider_named
+from clusterkit.providers.hyperpod.model import problems, service_model
+from clusterkit.providers.hyperpod.request import PARAMETERS_FILE
+from clusterkit.providers.plan import ClusterRequest
+
+ROLE = "arn:aws:iam::123456789012:role/hyperpod"
+# moto 5.2's CreateCluster knows an older list of HyperPod's types than botocore's.
+MOTO_REFUSES = ("p5e", "p5en", "p6-b200", "trn2")
+
+
+def plan_of(**fields: object):
+    fields.setdefault("name", "hp")
+    return provider_named("hyperpod").plan(ClusterRequest(provider="hyperpod", **fields))  # type: ignore[arg-type]
+
+
+def errors_of(plan) -> dict[str, str]:
+    return {f.path: f"{f.rule}: {f.message} (fix: {f.fix})" for f in plan.findings if f.level is Level.ERROR}
+
+
+def spec_file(tmp_path, base: str = "p5", **changes: object) -> str:
+    import yaml
+
+    data = dataclasses.asdict(preset(base))
+    for path, value in changes.items():
+        target = data
+        *parents, last = path.split(".")
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        target[last] = value
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_every_presets_request_passes_botocores_model_and_motos_create(name: str, aws_env) -> None:
+    import boto3
+    from botocore.validate import validate_parameters
+    from moto import mock_aws
+
+    plan = plan_of(preset=name, execution_role=ROLE)
+    assert plan.ok, errors_of(plan)
+    request = plan.details.request
+    validate_parameters(request, service_model().operation_model("CreateCluster").input_shape)  # botocore's own
+    assert problems("CreateCluster", request) == []
+    groups = {group["InstanceGroupName"]: group for group in request["InstanceGroups"]}
+    spec = preset(name)
+    assert groups["controller"]["SlurmConfig"] == {"NodeType": "Controller"}
+    assert groups["controller"]["InstanceType"] == f"ml.{spec.head_node.instance_type}"
+    train = groups[f"{spec.queues[0].name}-{spec.queues[0].compute[0].name}"]
+    assert train["SlurmConfig"] == {"NodeType": "Compute", "PartitionNames": [spec.queues[0].name]}
+    assert train["InstanceCount"] == spec.queues[0].compute[0].max_count
+    assert train["OnStartDeepHealthChecks"] == ["InstanceStress", "InstanceConnectivity"]
+    assert "OnStartDeepHealthChecks" not in groups["controller"]
+    assert {group["ExecutionRole"] for group in groups.values()} == {ROLE}
+    assert request["NodeRecovery"] == "Automatic"
+    if name in MOTO_REFUSES:
+        return
+    with mock_aws():
+        client = boto3.client("sagemaker", region_name=plan.details.region)
+        client.create_cluster(**request)
+        nodes = client.list_cluster_nodes(ClusterName=plan.name)["ClusterNodeSummaries"]
+    assert len(nodes) == sum(group["InstanceCount"] for group in groups.values())
+
+
+def test_the_lifecycle_set_is_uploaded_under_one_hash_of_all_of_it(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("CLUSTERKIT_HOME", str(tmp_path))
+    plan = plan_of(preset="p4de", execution_role=ROLE)
+    prefix = plan.details.lifecycle_uri
+    assert prefix.startswith(f"s3://sagemaker-clusterkit-123456789012-us-east-1/{LIFECYCLE_KEY_PREFIX}/sha256-")
+    assert {group["LifeCycleConfig"]["SourceS3Uri"] for group in plan.details.request["InstanceGroups"]} == {prefix}
+    assert sorted(plan.details.uploads) == [prefix + name for name in
+                                            ("clusterkit-lifecycle.json", "clusterkit-venv.sh", "on_create.sh")]
+    ((path, text),) = plan.files.items()
+    assert path == str(tmp_path / "clusters" / "hp" / PARAMETERS_FILE) == plan.details.uploads[prefix + PARAMETERS_FILE]
+    assert json.loads(text)["nvme_groups"] == ["train-p4de-24xl"]
+    # Another cluster's parameters are another set: another prefix.
+    other = plan_of(spec_file=spec_file(tmp_path, "p4de", **{"storage.lustre.0.file_system_id":
+                                                                      "fs-0123456789abcdef0"}),
+                    execution_role=ROLE)
+    assert other.details.lifecycle_uri != prefix and json.loads(next(iter(other.files.values())))["lustre"] == {
+        "file_system_id": "fs-0123456789abcdef0", "dns_name": "", "mount_name": "", "mount_dir": "/fsx"}
+
+
+@pytest.mark.parametrize(("changes", "path", "said"), [
+    ({"queues.0.compute.0.instance_type": "p4.24xlarge"}, "queues[0].compute[0].instance_type",
+     "hyperpod.hyperpod-instance-types: HyperPod offers no ml.p4.24xlarge"),
+    ({"head_node.instance_type": "c5.10xlarge"}, "head_node.instance_type", "HyperPod's c5 types: c5.large, "),
+    ({"head_node.instance_type": "c7i.4xlarge"}, "head_node.instance_type", "HyperPod has no c7i type"),
+    ({"scripts_bucket": "my-bucket"}, "scripts_bucket", "only from buckets named sagemaker-*"),
+    ({"queues.0.compute.0.max_count": 7000}, "create_cluster_request.InstanceGroups[1].InstanceCount",
+     "7000 is above the maximum 6758"),
+    ({"queues.0.capacity_type": "SPOT"}, "queues[0].capacity_type", "HyperPod has no SPOT capacity type"),
+    ({"tags": {"team": "ml\u00a7"}}, "create_cluster_request.Tags[0].Value", "does not match the pattern"),
+])
+def test_hyperpods_rules_refuse_what_sagemaker_would_naming_the_field(tmp_path, changes, path, said) -> None:
+    plan = plan_of(spec_file=spec_file(tmp_path, **changes), execution_role=ROLE)
+    found = errors_of(plan)
+    assert not plan.ok and path in found and said in found[path], found
+
+
+def test_a_cluster_name_sagemaker_refuses_is_an_error() -> None:
+    found = errors_of(plan_of(name="train-", preset="p5", execution_role=ROLE))
+    assert "does not match the pattern" in found["create_cluster_request.ClusterName"]
+
+
+def test_a_missing_or_malformed_execution_role_is_an_error() -> None:
+    assert "--execution-role" in errors_of(plan_of(preset="p5"))
+    found = errors_of(plan_of(preset="p5", execution_role="hyperpod-role"))
+    assert "not an IAM role ARN" in found["--execution-role"]
+    assert "create_cluster_request.InstanceGroups[0].ExecutionRole" in found  # and SageMaker's pattern says so too
+
+
+def test_a_spec_setting_hyperpod_does_not_use_is_a_warning_naming_it(tmp_path) -> None:
+    plan = plan_of(spec_file=spec_file(tmp_path, **{"pyxis.enroot_dir": "/scratch/containers"}), execution_role=ROLE)
+    (found,) = [f for f in plan.findings if f.path == "pyxis.enroot_dir"]
+    assert found.level is Level.WARNING and "/opt/dlami/nvme/enroot" in found.message and plan.ok
+
+
+def test_hyperthreading_off_is_one_thread_per_core(tmp_path) -> None:
+    plan = plan_of(spec_file=spec_file(tmp_path, **{"queues.0.compute.0.disable_hyperthreading": True}),
+                   execution_role=ROLE)
+    threads = {g["InstanceGroupName"]: g["ThreadsPerCore"] for g in plan.details.request["InstanceGroups"]}
+    assert threads == {"controller": 2, "train-p5-48xl": 1, "cpu-c5-4xl": 2}
+
+
+def test_the_model_check_finds_what_botocores_client_would_not() -> None:
+    # botocore's ParamValidator checks minimums and types only; the service refuses the rest.
+    request = {"ClusterName": "x", "InstanceGroups": [{
+        "InstanceGroupName": "g", "InstanceType": "ml.p9.48xlarge", "InstanceCount": 1, "ThreadsPerCore": 3,
+        "ExecutionRole": ROLE, "SlurmConfig": {"NodeType": "Worker"}}], "NodeRecovery": "Sometimes"}
+    found = {problem.path: problem.message for problem in problems("CreateCluster", request)}
+    assert set(found) == {"InstanceGroups[0].InstanceType", "InstanceGroups[0].ThreadsPerCore",
+                          "InstanceGroups[0].SlurmConfig.NodeType", "NodeRecovery"}
+    assert found["InstanceGroups[0].ThreadsPerCore"] == "3 is above the maximum 2"
+    typed = problems("CreateCluster", {"ClusterName": "x", "InstanceGroups": [{"InstanceCount": "2"}]})
+    assert {p.path for p in typed} == {"InstanceGroups[0].InstanceCount", "InstanceGroups[0].InstanceGroupName",
+                                       "InstanceGroups[0].ExecutionRole"}
+
+
+def _cli(*args: str, home) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "clusterkit", "create-cluster", "--provider", "hyperpod", *args],
+                          capture_output=True, text=True, env=dict(os.environ, CLUSTERKIT_HOME=str(home)), timeout=60)
+
+
+def test_a_dry_run_prints_the_request_whole_and_writes_nothing(tmp_path) -> None:
+    result = _cli("--name", "hp", "--preset", "trn1", "--execution-role", ROLE, "--subnet-id", "subnet-0abc",
+                  "--dry-run", "--output", "json", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["create_cluster_request"] == plan_of(name="hp", preset="trn1", execution_role=ROLE,
+                                                      subnet_id="subnet-0abc").details.request
+    assert shown["create_cluster_request"]["VpcConfig"]["Subnets"] == ["subnet-0abc"]
+    assert {f["rule"] for f in shown["findings"]} >= {"hyperpod.lustre", "hyperpod.vpc"}
+    assert len(shown["uploads"]) == 3 and list(tmp_path.iterdir()) == []
+
+
+def test_creating_without_a_subnet_is_refused_in_one_line_before_aws_is_asked(tmp_path) -> None:
+    result = _cli("--name", "hp", "--preset", "p5", "--execution-role", ROLE, home=tmp_path)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert "creating clusterkit's prerequisites network for HyperPod is not built yet" in result.stderr
+    assert "give --subnet-id" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_table_dry_run_shows_the_request_and_the_groups(tmp_path) -> None:
+    result = _cli("--name", "hp", "--preset", "g5", "--execution-role", ROLE, "--dry-run", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["ClusterName"] == "hp"
+    assert "# gpu-g5-12xl: 4 x ml.g5.12xlarge (Compute, partition gpu)" in result.stderr
