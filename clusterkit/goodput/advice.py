@@ -9,10 +9,10 @@ every interval meeting the same failures (one seed), fitted with the first-order
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from clusterkit.goodput.model import Policy, SaveCost, Scenario, save_cost
 from clusterkit.goodput.simulator import PolicyResult, simulate
+from clusterkit.lean_dataclass import lean_dataclass
 
 # Runs per interval while refining: enough for REFINE_FAILURES failures in all (a run of few failures says
 # little), within REFINE_RUNS; common random numbers keep the comparison between intervals steady.
@@ -73,7 +73,7 @@ def paid_goodput(result: PolicyResult, scenario: Scenario) -> float:
     return result.goodput * scenario.gpus / paid
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class SpareChoice:
     spares: int
     result: PolicyResult

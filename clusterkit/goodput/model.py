@@ -10,9 +10,10 @@ bandwidth) are inputs with a stated assumption. docs/goodput.md explains the mod
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from clusterkit.errors import ClusterkitError
+from clusterkit.lean_dataclass import lean_dataclass
 
 GIB = 2**30
 GB = 10**9
@@ -35,7 +36,7 @@ MANIFESTATIONS: tuple[str, ...] = (NODE_LOSS, DEVICE, SOFTWARE, HANG)
 REPLACES_NODE = {NODE_LOSS: True, DEVICE: True, SOFTWARE: False, HANG: False}
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class FailureKind:
     """A row of Llama 3's table of root causes of unexpected interruptions (its Table 5)."""
 
@@ -75,7 +76,7 @@ def manifestation_mix(kinds: tuple[FailureKind, ...] = LLAMA3_ROOT_CAUSES) -> di
     return {m: sum(k.count for k in kinds if k.manifestation == m) / total for m in MANIFESTATIONS}
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Span:
     """A duration in seconds, drawn uniformly between low and high for each failure."""
 
@@ -130,7 +131,7 @@ DEFAULT_RESTART_S = 60.0
 GPUS_PER_NODE = 8
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Detection:
     """Seconds from a fault to the decision, per manifestation."""
 
@@ -143,7 +144,7 @@ class Detection:
         return getattr(self, manifestation)
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Policy:
     """How a run saves, detects and recovers."""
 
@@ -176,7 +177,7 @@ def clusterkit_policy(pool: str, hang_timeout: float) -> Policy:
                   detection, FREE_NODE_REQUEUE, SPARE_RELAUNCH, "free_nodes")
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Limit:
     low: float
     high: float
@@ -220,7 +221,7 @@ def check_parameter(name: str, value: float, label: str | None = None, shown: st
                               fix=f"give {label} {limit.describe()}")
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class Scenario:
     """A run to simulate: its size, its failure rate and what saves and recoveries cost."""
 
@@ -279,7 +280,7 @@ class Scenario:
         return replace(self, spares=spares)
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class SaveCost:
     """What one save costs the training loop: a stall, then a background write that slows the steps."""
 

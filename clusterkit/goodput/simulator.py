@@ -15,7 +15,6 @@ policy or interval, so policies and intervals compared with one seed meet the sa
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clusterkit.goodput.categories import (
@@ -37,12 +36,13 @@ from clusterkit.goodput.model import (
     load_s,
     save_cost,
 )
+from clusterkit.lean_dataclass import lean_dataclass
 
 if TYPE_CHECKING:
     import numpy as np
 
 
-@dataclass(frozen=True)
+@lean_dataclass(frozen=True)
 class PolicyResult:
     """One policy's simulated runs: the mean seconds per category and the goodput of each run."""
 
