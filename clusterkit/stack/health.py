@@ -90,16 +90,38 @@ def uncorrected_ecc(counters: str) -> list[str]:
     return found
 
 
-def check_device_errors(node: str) -> HealthResult:
-    """GPU errors the driver reported: on a local cluster, those `clusterkit local fail-device` put in place."""
+ECC_QUERY = ("nvidia-smi", "--query-gpu=pci.bus_id,ecc.errors.uncorrected.volatile.total", "--format=csv,noheader")
+# Where the kernel's messages can be read: dmesg (root, or kernel.dmesg_restrict=0), else the journal's copy.
+KERNEL_LOG_COMMANDS = (("dmesg",), ("journalctl", "-k", "-b", "-q", "--no-pager"))
+NOT_READABLE = ("Operation not permitted", "not permitted", "No journal files", "Permission denied")
+
+
+def check_device_errors(node: str, probe: Probe | None = None) -> HealthResult:
+    """GPU errors the driver reported since boot: Xids that condemn the node in the kernel log, and uncorrected ECC
+    errors (nvidia-smi). On a local cluster, those `clusterkit local fail-device` put in place instead. A kernel log
+    this user may not read (dmesg_restrict, no journal) is said in the evidence, not held against the node."""
     directory = os.environ.get(FAULTS_DIR_ENV)
     evidence: list[str] = []
+    unread = ""
     if directory:
         for source, parse in ((kernel_log_file(Path(directory), node), node_xids),
                               (ecc_file(Path(directory), node), uncorrected_ecc)):
             if source.exists():
                 evidence += parse(source.read_text(errors="replace"))
-    return HealthResult("gpu-errors", not evidence, "; ".join(evidence) or "none")
+    else:
+        from clusterkit.stack.probe import SystemProbe
+
+        probe = probe or SystemProbe()
+        for argv in KERNEL_LOG_COMMANDS:
+            text = probe.run(list(argv))
+            if text is not None and any(words in text[:300] for words in NOT_READABLE):
+                unread = "the kernel log is not readable here (run as root to see Xids)"
+            elif text is not None:
+                evidence += node_xids(text)
+                unread = ""
+                break
+        evidence += uncorrected_ecc(probe.run(list(ECC_QUERY)) or "")
+    return HealthResult("gpu-errors", not evidence, "; ".join(evidence) or unread or "none")
 
 
 # p5en's EFA devices can show up after the node is up: AWS's GPU cluster health check counts them again up to 3
@@ -132,7 +154,7 @@ def host_layer_results(probe: Probe | None = None, sleep: Callable[[float], None
 def run_health_checks(node: str | None = None, probe: Probe | None = None,
                       sleep: Callable[[float], None] = time.sleep) -> list[HealthResult]:
     node = node or node_name()
-    return [check_injected_fault(node), check_device_errors(node), *host_layer_results(probe, sleep)]
+    return [check_injected_fault(node), check_device_errors(node, probe), *host_layer_results(probe, sleep)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -118,3 +118,25 @@ def test_other_types_fail_at_once_on_missing_efa_devices(tmp_path, monkeypatch):
     monkeypatch.setenv("CLUSTERKIT_INSTANCE_TYPE", "p4d.24xlarge")
     waits: list[float] = []
     assert not _efa(run_health_checks("n1", probe=p4d(tmp_path, efa=2), sleep=waits.append)).ok and waits == []
+
+
+def test_a_real_nodes_kernel_log_and_nvidia_smi_are_read_for_device_errors(tmp_path, monkeypatch):
+    from clusterkit.stack.health import ECC_QUERY, check_device_errors
+
+    monkeypatch.delenv("CLUSTERKIT_FAULTS_DIR", raising=False)
+    commands = tmp_path / "node" / ".commands"
+    commands.mkdir(parents=True)
+    (commands / "dmesg").write_text("[ 8811.0] NVRM: Xid (PCI:0000:53:00): 48, pid=1, name=python, An uncorrectable "
+                                    "double bit error (DBE) has been detected on GPU\n")
+    (commands / "__".join(ECC_QUERY)).write_text("00000000:53:00.0, 3\n00000000:64:00.0, 0\n")
+    result = check_device_errors("n1", RecordedProbe(tmp_path / "node", environ={}))
+    assert not result.ok and result.evidence == ("Xid 48 on PCI:0000:53:00 (double-bit ECC error); "
+                                                 "3 uncorrected ECC errors on 00000000:53:00.0")
+    # dmesg refused to an ordinary user, the journal's copy read instead; then neither: said, not held against it.
+    (commands / "dmesg").write_text("dmesg: read kernel buffer failed: Operation not permitted\n")
+    (commands / "__".join(ECC_QUERY)).write_text("00000000:53:00.0, 0\n")
+    (commands / "journalctl__-k__-b__-q__--no-pager").write_text("Dec 04 NVRM: Xid (PCI:0000:53:00): 79, pid=0\n")
+    assert check_device_errors("n1", RecordedProbe(tmp_path / "node", environ={})).evidence.startswith("Xid 79")
+    (commands / "journalctl__-k__-b__-q__--no-pager").unlink()
+    quiet = check_device_errors("n1", RecordedProbe(tmp_path / "node", environ={}))
+    assert quiet.ok and "not readable" in quiet.evidence
