@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up a development environment: system packages, then a virtualenv in .venv with clusterkit
-# and its dev, validate and torch extras. Idempotent.
+# and its dev, validate, torch and timeline extras. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-slurm.sh
@@ -12,7 +12,7 @@ stamp=.venv/.clusterkit-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # torch 2.13.0 is the CPU build these machines carry; numpy for it.
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev,validate,torch]' 'torch==2.13.0'
+  .venv/bin/python -m pip install -q -e '.[dev,validate,torch,timeline]' 'torch==2.13.0'
   touch "$stamp"
 fi
 echo "setup-dev: ready (.venv)"
