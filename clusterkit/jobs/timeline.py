@@ -131,13 +131,13 @@ def build_timeline(job_id: str, submitted: float, end: float, made: list[dict[st
         if failed is not None and failed.last_time is not None:
             for node in nodes or failed.nodes:
                 node_marks.setdefault(node, []).append(Mark(
-                    failed.last_time, FAULT, f"{node}: last step {failed.last_step} at {_clock(failed.last_time)}, "
+                    failed.last_time, FAULT, f"last step {failed.last_step} at {_clock(failed.last_time)}, "
                                              f"then {kind.replace('_', ' ')}: {evidence}"))
         down = {str(node) for node in decision.get("marked_down", [])}
         for node in nodes:
             how = "marked DOWN" if node in down else "drained"
             until, why = _back(node, when, mine, replacements or {}, ledger.end)
-            node_bars.setdefault(node, []).append(Bar(when, until, OUT, f"{node} {how} at {_clock(when)}: {why}"))
+            node_bars.setdefault(node, []).append(Bar(when, until, OUT, f"{how} at {_clock(when)}: {why}"))
     ran: dict[str, list[int]] = {}  # node -> the tries it ran in, by index
     for index, current in enumerate(mine):
         for node in current.nodes:

@@ -110,7 +110,7 @@ def _figure(timeline: Timeline) -> tuple[object, dict[str, list[str]]]:
               ((b.end - timeline.start) / scale, len(rows) - 0.5), ((b.start - timeline.start) / scale,
                                                                    len(rows) - 0.5)] for b in lost],
             facecolors=COLOURS[LOST_WORK], alpha=0.15, linewidths=0, gid="band-lost_work"))
-        tips["band-lost_work"] = [_label(RUN_ROW, bar.label) for bar in lost]
+        tips["band-lost_work"] = [_label(RUN_ROW, f"{_when(bar, timeline)}: {bar.label}") for bar in lost]
     for kind, (marker, colour, _) in MARKS.items():
         found = [(y, mark) for y, row in enumerate(rows) for mark in row.marks if mark.kind == kind]
         if found:
@@ -150,12 +150,15 @@ def _axes(axes: Axes, timeline: Timeline, scale: float, unit: str) -> None:
 
 
 def _coalesced(bars: tuple[Bar, ...], resolution: float) -> list[Bar]:
-    """The row's bars, those of one kind less than `resolution` apart drawn as one (a 54-day run's tries are
-    hours apart and minutes long: no one sees the gaps, and thousands of shapes make a slow page)."""
+    """The row's bars, those of one kind less than `resolution` apart drawn as one (a 54-day run's tries are hours
+    long and minutes apart: no one sees the gaps, and thousands of shapes make a slow, large page)."""
     runs: list[list[Bar]] = []
     for bar in sorted(bars, key=lambda b: (b.kind, b.start)):
         last = runs[-1][-1] if runs else None
-        if last is not None and last.kind == bar.kind and bar.start - last.end < resolution:
+        gap = bar.start - last.end if last is not None else resolution
+        # Merged: a gap no one sees between two bars, or a bar too thin to see; bars that touch stay two.
+        if last is not None and last.kind == bar.kind and gap < resolution and \
+                (gap > 0 or bar.end - bar.start < resolution):
             runs[-1].append(bar)
         else:
             runs.append([bar])
