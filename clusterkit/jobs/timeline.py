@@ -174,7 +174,7 @@ def build_timeline(job_id: str, submitted: float, end: float, made: list[dict[st
     for members in histories.values():
         node = members[0]
         bars = [runs[index] for index in ran.get(node, ())] + node_bars.get(node, [])
-        rows.append(Row(node if len(members) == 1 else f"{node} and {len(members) - 1} more", tuple(members),
+        rows.append(Row(node if len(members) == 1 else f"{node} and {len(members) - 1:,} more", tuple(members),
                         tuple(sorted(bars, key=lambda b: b.start)),
                         tuple(sorted(node_marks.get(node, []), key=lambda m: m.at))))
     return Timeline(job_id, ledger.start, ledger.end, (run, *rows), ledger, failures, lost_total)
