@@ -82,10 +82,10 @@ class Timeline:
 
     def summary(self) -> str:
         """One line for a person: the goodput and what the failures cost."""
-        failures = f"{self.failures} failure{'s' if self.failures != 1 else ''}"
+        failures = f"{self.failures:,} failure{'s' if self.failures != 1 else ''}"
         return (f"job {self.job_id}: goodput {self.ledger.goodput:.1%} of {_duration(self.ledger.wall_s)}; "
-                f"{failures}, {self.steps_lost} step{'s' if self.steps_lost != 1 else ''} computed again; "
-                f"{len(self.nodes)} node{'s' if len(self.nodes) != 1 else ''}")
+                f"{failures}, {self.steps_lost:,} step{'s' if self.steps_lost != 1 else ''} computed again; "
+                f"{len(self.nodes):,} node{'s' if len(self.nodes) != 1 else ''}")
 
     def to_dict(self) -> dict[str, object]:
         return {"job_id": self.job_id, "start": self.start, "end": self.end, "summary": self.summary(),
@@ -111,6 +111,10 @@ def build_timeline(job_id: str, submitted: float, end: float, made: list[dict[st
     node_bars: dict[str, list[Bar]] = {}
     failures, lost_total = 0, 0
     stopped: dict[int, float] = {}  # a try's index -> when the failure that ended it was acted on
+    ran: dict[str, list[int]] = {}  # node -> the tries it ran in, by index
+    for index, current in enumerate(mine):
+        for node in current.nodes:
+            ran.setdefault(node, []).append(index)
     for decision in decided:
         when = acted_at(decision, ends) or decision_time(decision)
         if when is None:
@@ -136,12 +140,8 @@ def build_timeline(job_id: str, submitted: float, end: float, made: list[dict[st
         down = {str(node) for node in decision.get("marked_down", [])}
         for node in nodes:
             how = "marked DOWN" if node in down else "drained"
-            until, why = _back(node, when, mine, replacements or {}, ledger.end)
+            until, why = _back(node, when, [mine[i] for i in ran.get(node, ())], replacements or {}, ledger.end)
             node_bars.setdefault(node, []).append(Bar(when, until, OUT, f"{how} at {_clock(when)}: {why}"))
-    ran: dict[str, list[int]] = {}  # node -> the tries it ran in, by index
-    for index, current in enumerate(mine):
-        for node in current.nodes:
-            ran.setdefault(node, []).append(index)
     runs = [Bar(current.started or 0.0, _try_end(current, mine, index, stopped.get(index, ledger.end)), RUNNING,
                 _describe_try(current)) for index, current in enumerate(mine)]
     for previous, current in zip(mine, mine[1:]):
@@ -206,12 +206,12 @@ def _nodes(nodes: tuple[str, ...], shown: int = 4) -> str:
 
 def _back(node: str, since: float, tries: list[Try], replacements: Mapping[str, Replacement],
           end: float) -> tuple[float, str]:
-    """Until when a failed node was out of the run, and why then."""
+    """Until when a failed node was out of the run (`tries`: those it ran in), and why then."""
     replaced = replacements.get(node)
     ready = parse_time(replaced.ready_at) if replaced is not None and replaced.ready_at else None
     if ready is not None and ready >= since:
         return min(ready, end), f"its replacement was ready at {_clock(ready)}"
-    again = next((t.started for t in tries if node in t.nodes and t.started is not None and t.started > since), None)
+    again = next((t.started for t in tries if t.started is not None and t.started > since), None)
     if again is not None:
         return again, f"it ran again at {_clock(again)}"
     return end, "not in the run again"

@@ -10,6 +10,7 @@ and `handle.timeline()`.
 from __future__ import annotations
 
 import io
+import re
 from html import escape
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,7 @@ MARKS = {FAULT: ("X", "#b71c1c", "fault: the last step before it"), DECISION: ("
 LABEL_CHARS = 600  # a label on hover: evidence can be long
 PIXELS = 1600  # bars closer than a pixel's time on a row of this many are drawn as one
 SVG = "http://www.w3.org/2000/svg"
+COORDINATE = re.compile(r"(\.\d\d)\d+")
 
 
 def render(timeline: Timeline, file_format: str) -> str | bytes:
@@ -49,7 +51,8 @@ def render(timeline: Timeline, file_format: str) -> str | bytes:
     if file_format not in FORMATS:
         raise ValueError(f"unknown format {file_format!r}")
     # Text as given (a node named "$x$" is not mathematics) and as text in the SVG; ids the same from run to run.
-    with rc_context({"text.parse_math": False, "svg.fonttype": "none", "svg.hashsalt": "clusterkit"}):
+    with rc_context({"text.parse_math": False, "svg.fonttype": "none", "svg.hashsalt": "clusterkit",
+                     "font.sans-serif": ["DejaVu Sans"]}):  # matplotlib's own font, named once per text
         figure, tips = _figure(timeline)
         if file_format == "png":
             data = io.BytesIO()
@@ -90,8 +93,13 @@ def _figure(timeline: Timeline) -> tuple[object, dict[str, list[str]]]:
     scale, unit = _scale(timeline.end - timeline.start)
     rows = timeline.rows
     tips: dict[str, list[str]] = {}
-    figure = Figure(figsize=(12, 1.6 + 0.3 * len(rows)), layout="constrained")
-    axes = figure.add_subplot()
+    # Margins in inches from what goes in them, not measured by a layout engine: measuring hundreds of node names
+    # took longer than drawing the run.
+    names = max(len(_row_name(row.name)) for row in rows)
+    left, right, top, bottom, row_height = 0.3 + 0.075 * names, 0.3, 0.4, 1.2, 0.3
+    width, height = 12.0, top + bottom + row_height * len(rows)
+    figure = Figure(figsize=(width, height))
+    axes = figure.add_axes((left / width, bottom / height, 1 - (left + right) / width, 1 - (top + bottom) / height))
     shapes: dict[str, list[list[tuple[float, float]]]] = {}
     for y, row in enumerate(rows):
         for bar in _coalesced(row.bars, (timeline.end - timeline.start) / PIXELS):
@@ -125,7 +133,7 @@ def _figure(timeline: Timeline) -> tuple[object, dict[str, list[str]]]:
                for k in (*CATEGORIES, RUNNING, OUT) if k in kinds]
     handles += [Line2D([], [], linestyle="", marker=marker, color=colour, label=what, markersize=8)
                 for kind, (marker, colour, what) in MARKS.items() if f"marks-{kind}" in tips]
-    figure.legend(handles=handles, loc="outside lower center", ncols=6, frameon=False, fontsize=8)
+    figure.legend(handles=handles, loc="lower center", ncols=6, frameon=False, fontsize=8)
     return figure, tips
 
 
@@ -136,8 +144,7 @@ def _axes(axes: Axes, timeline: Timeline, scale: float, unit: str) -> None:
     last = max([timeline.end, *(mark.at for row in rows for mark in row.marks)])  # a decision after the end
     axes.set_xlim(0, max((last - timeline.start) / scale, 1e-9))
     axes.set_ylim(len(rows) - 0.5, -0.5)
-    axes.set_yticks(range(len(rows)), labels=[_shown("run (goodput)" if row.name == RUN_ROW else row.name, 40)
-                                              for row in rows])
+    axes.set_yticks(range(len(rows)), labels=[_row_name(row.name) for row in rows])
     for index, label in enumerate(axes.get_yticklabels()):
         label.set_gid(f"row-{index}")
     submitted = dt.datetime.fromtimestamp(timeline.start, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
@@ -147,6 +154,10 @@ def _axes(axes: Axes, timeline: Timeline, scale: float, unit: str) -> None:
     axes.set_axisbelow(True)
     for side in ("top", "right"):
         axes.spines[side].set_visible(False)
+
+
+def _row_name(name: str) -> str:
+    return _shown("run (goodput)" if name == RUN_ROW else name, 40)
 
 
 def _coalesced(bars: tuple[Bar, ...], resolution: float) -> list[Bar]:
@@ -164,7 +175,7 @@ def _coalesced(bars: tuple[Bar, ...], resolution: float) -> list[Bar]:
             runs.append([bar])
     return [run[0] if len(run) == 1 else
             Bar(run[0].start, max(bar.end for bar in run), run[0].kind,
-                f"{len(run)} of these, the first: {run[0].label}; the last: {run[-1].label}") for run in runs]
+                f"{len(run)} of these drawn as one, the first: {run[0].label}") for run in runs]
 
 
 def _when(bar: Bar, timeline: Timeline) -> str:
@@ -224,11 +235,15 @@ def _with_titles(svg: str, tips: dict[str, list[str]]) -> str:
             raise RuntimeError(f"{group.get('id')}: {len(shapes)} shapes drawn for {len(labels)} labels")
         for shape, label in zip(shapes, labels):
             ET.SubElement(shape, f"{{{SVG}}}title").text = label
-        clips = {shape.get("clip-path") for shape in shapes}
-        if len(clips) == 1 and None not in clips:  # one clip for the group, not one a shape: a smaller page
-            group.set("clip-path", clips.pop() or "")
-            for shape in shapes:
-                del shape.attrib["clip-path"]
+        for name in ("clip-path", "style"):  # one for the group, not one a shape: a smaller page
+            values = {shape.get(name) for shape in shapes}
+            if len(values) == 1 and None not in values and group.get(name) is None:
+                group.set(name, values.pop() or "")
+                for shape in shapes:
+                    del shape.attrib[name]
+        for shape in shapes:  # a hundredth of a point is finer than any screen
+            if "d" in shape.attrib:
+                shape.set("d", COORDINATE.sub(r"\1", shape.attrib["d"]))
     return ET.tostring(root, encoding="unicode")
 
 

@@ -55,7 +55,7 @@ def synthetic(interruptions: int = 466, days: float = 54, nodes: int = 128, seed
     attempt, number, began, step, resumed = 0, 0, start + 120, 1, None
     for fault in [*faults, None]:
         first_time = began + 60
-        last_time = fault if fault is not None else end - 60
+        last_time = max(fault if fault is not None else end - 60, first_time)
         last_step = step + int((last_time - first_time) / 5)
         ended = (fault + rng.uniform(30, 120)) if fault is not None else end - 30
         tries.append(Try(f"9.{attempt}", number, names, began, ended, step, first_time, resumed, 2.0, last_step,
