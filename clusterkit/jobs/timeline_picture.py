@@ -29,7 +29,10 @@ from clusterkit.goodput.categories import (
 from clusterkit.jobs.timeline import CHECKPOINT, DECISION, FAULT, OUT, RESUME, RUN_ROW, RUNNING, Bar, Timeline
 
 if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
+
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 FORMATS = ("html", "png", "svg")
 COLOURS = {PRODUCTIVE: "#2e7d32", LOST_WORK: "#d32f2f", CHECKPOINT_STALL: "#fbc02d", DETECTION: "#f57c00",
@@ -83,7 +86,7 @@ def page(timeline: Timeline, svg: str) -> str:
             "</body></html>\n")
 
 
-def _figure(timeline: Timeline) -> tuple[object, dict[str, list[str]]]:
+def _figure(timeline: Timeline) -> tuple[Figure, dict[str, list[str]]]:
     """The matplotlib figure, and each group's labels (by its SVG id) in the order its shapes are drawn."""
     from matplotlib.collections import PolyCollection
     from matplotlib.figure import Figure
@@ -210,9 +213,9 @@ def _label(row: str, text: str) -> str:
     return _shown(text if row == RUN_ROW else f"{row}: {text}")
 
 
-def _svg_of(figure: object) -> str:
+def _svg_of(figure: Figure) -> str:
     data = io.StringIO()
-    figure.savefig(data, format="svg", metadata={"Date": None})  # type: ignore[attr-defined]
+    figure.savefig(data, format="svg", metadata={"Date": None})
     return data.getvalue()
 
 
@@ -229,8 +232,9 @@ def _with_titles(svg: str, tips: dict[str, list[str]]) -> str:
         labels = tips.get(group.get("id", ""))
         if labels is None:
             continue
+        templates = _definitions(group)
         shapes = [element for element in group.iter() if element.tag in (f"{{{SVG}}}path", f"{{{SVG}}}use")
-                  and element not in _definitions(group)]
+                  and element not in templates]
         if len(shapes) != len(labels):
             raise RuntimeError(f"{group.get('id')}: {len(shapes)} shapes drawn for {len(labels)} labels")
         for shape, label in zip(shapes, labels):
@@ -247,9 +251,9 @@ def _with_titles(svg: str, tips: dict[str, list[str]]) -> str:
     return ET.tostring(root, encoding="unicode")
 
 
-def _definitions(group: object) -> set[object]:
+def _definitions(group: ET.Element) -> set[ET.Element]:
     """The shapes inside a group's <defs>: templates its <use> elements draw, not shapes of their own."""
-    return {element for definitions in group.iter(f"{{{SVG}}}defs") for element in definitions.iter()}  # type: ignore[attr-defined]
+    return {element for definitions in group.iter(f"{{{SVG}}}defs") for element in definitions.iter()}
 
 
 def format_of(path: str | None, given: str | None) -> str:

@@ -95,11 +95,14 @@ def run_cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     (("--output", "json", "--output-file", "-"), ("--output-file -", "--output json")),
     (("--format", "png", "--output-file", "t.html"), ("names a .html file but --format is png",)),
     (("--format", "gif"), ("--format 'gif'", "html, png or svg")),
+    ((), ("'job-3-timeline.html'", "a FIFO")),  # the default name, taken
     (("--output-file", "$(touch pwned)\u2028.html"), ("no cluster to use",)),  # a fine name: on to the cluster
-], ids=["empty", "directory", "fifo", "device", "no-directory", "dash-with-json", "suffix", "format", "odd-name"])
+], ids=["empty", "directory", "fifo", "device", "no-directory", "dash-with-json", "suffix", "format", "default",
+        "odd-name"])
 def test_hostile_outputs_are_refused_before_the_cluster_is_asked(tmp_path, argv, words):
     (tmp_path / "dir").mkdir()
     os.mkfifo(tmp_path / "fifo")
+    os.mkfifo(tmp_path / "job-3-timeline.html")
     before = sorted(p.name for p in tmp_path.iterdir())
     result = run_cli("timeline", "3", *argv, cwd=tmp_path)
     assert result.returncode == 1 and result.stdout == "", result
