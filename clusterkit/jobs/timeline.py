@@ -47,6 +47,7 @@ class Bar:
     end: float
     kind: str
     label: str
+    text: str = ""  # written on the bar where it is wide enough: a try's attempt and steps
 
 
 @lean_dataclass(frozen=True)
@@ -91,7 +92,7 @@ class Timeline:
         return {"job_id": self.job_id, "start": self.start, "end": self.end, "summary": self.summary(),
                 "failures": self.failures, "steps_lost": self.steps_lost, "ledger": self.ledger.to_dict(),
                 "rows": [{"name": row.name, "nodes": list(row.nodes),
-                          "bars": [{"start": b.start, "end": b.end, "kind": b.kind, "label": b.label}
+                          "bars": [{"start": b.start, "end": b.end, "kind": b.kind, "label": b.label, "text": b.text}
                                    for b in row.bars],
                           "marks": [{"at": m.at, "kind": m.kind, "label": m.label} for m in row.marks]}
                          for row in self.rows]}
@@ -143,7 +144,7 @@ def build_timeline(job_id: str, submitted: float, end: float, made: list[dict[st
             until, why = _back(node, when, [mine[i] for i in ran.get(node, ())], replacements or {}, ledger.end)
             node_bars.setdefault(node, []).append(Bar(when, until, OUT, f"{how} at {_clock(when)}: {why}"))
     runs = [Bar(current.started or 0.0, _try_end(current, mine, index, stopped.get(index, ledger.end)), RUNNING,
-                _describe_try(current)) for index, current in enumerate(mine)]
+                _describe_try(current), _steps(current)) for index, current in enumerate(mine)]
     for previous, current in zip(mine, mine[1:]):
         if current.first_time is None:
             continue
@@ -195,6 +196,11 @@ def _describe_try(current: Try) -> str:
     resumed = f", resumed from step {current.resumed_from}" if current.resumed_from is not None else ""
     saves = f", {current.saves} checkpoint save{'s' if current.saves != 1 else ''}" if current.saves else ""
     return f"attempt {current.attempt} try {current.number} on {_nodes(current.nodes)}: {steps}{resumed}{saves}"
+
+
+def _steps(current: Try) -> str:
+    steps = f": steps {current.first_step}-{current.last_step}" if current.first_step is not None else ""
+    return f"{current.attempt}{f' try {current.number}' if current.number else ''}{steps}"
 
 
 def _nodes(nodes: tuple[str, ...], shown: int = 4) -> str:

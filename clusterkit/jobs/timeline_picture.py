@@ -43,6 +43,7 @@ MARKS = {FAULT: ("X", "#b71c1c", "fault: the last step before it"), DECISION: ("
          RESUME: (">", "#1b5e20", "resume"), CHECKPOINT: ("D", "#0277bd", "checkpoint a resume loaded")}
 LABEL_CHARS = 600  # a label on hover: evidence can be long
 PIXELS = 1600  # bars closer than a pixel's time on a row of this many are drawn as one
+AXES_PIXELS, CHARACTER_PIXELS = 1000, 6  # about: the axes' width at 100 dpi, a character of a bar's text
 SVG = "http://www.w3.org/2000/svg"
 COORDINATE = re.compile(r"(\.\d\d)\d+")
 
@@ -104,11 +105,15 @@ def _figure(timeline: Timeline) -> tuple[Figure, dict[str, list[str]]]:
     figure = Figure(figsize=(width, height))
     axes = figure.add_axes((left / width, bottom / height, 1 - (left + right) / width, 1 - (top + bottom) / height))
     shapes: dict[str, list[list[tuple[float, float]]]] = {}
+    wall = max(timeline.end - timeline.start, 1e-9)
     for y, row in enumerate(rows):
         for bar in _coalesced(row.bars, (timeline.end - timeline.start) / PIXELS):
             left, right = (bar.start - timeline.start) / scale, (bar.end - timeline.start) / scale
             top, bottom = y - 0.38, y + 0.38
             shapes.setdefault(bar.kind, []).append([(left, top), (right, top), (right, bottom), (left, bottom)])
+            if bar.text and (bar.end - bar.start) / wall * AXES_PIXELS > CHARACTER_PIXELS * len(bar.text):
+                axes.text((left + right) / 2, y, _shown(bar.text, 80), ha="center", va="center", fontsize=8,
+                          color="#ffffff", clip_on=True)
             tips.setdefault(f"bars-{bar.kind}", []).append(_label(row.name, f"{_when(bar, timeline)}: {bar.label}"))
     for kind, rectangles in shapes.items():
         axes.add_collection(PolyCollection(rectangles, facecolors=COLOURS.get(kind, "#9e9e9e"), linewidths=0,

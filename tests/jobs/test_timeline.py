@@ -38,6 +38,7 @@ def test_the_crashed_and_resumed_run_shows_both_attempts_the_crashed_node_its_ch
     assert [(b.kind, b.start, b.end) for b in by_name["n2"].bars] == [(RUNNING, attempt_0.started, acted)]
     assert [(b.kind, b.start) for b in by_name["n3"].bars] == [(RUNNING, attempt_1.started)]
     assert "attempt 3.1" in by_name["n4"].bars[0].label and "resumed from step 20" in by_name["n4"].bars[0].label
+    assert [bar.text for bar in by_name["n1"].bars] == ["3.0: steps 1-21", ""]  # the steps each try computed
     # The crashed node: its fault at its last step (21), then out of the run (marked DOWN) from when Slurm acted.
     (fault,) = marks(by_name["n1"], FAULT)
     assert fault.at == attempt_0.last_time and "last step 21" in fault.label and "liveness beacon" in fault.label
@@ -125,6 +126,8 @@ def test_the_page_is_one_file_that_fetches_nothing_with_a_label_on_every_shape(c
 
 def test_png_and_svg_for_reports():
     timeline = timeline_of(recorded("batch-host-frozen"))
+    texts = [t.text for t in ET.fromstring(render(timeline, "svg")).iter(f"{SVG}text")]
+    assert texts.count("3.0: steps 1-21") == 2 and texts.count("3.1: steps 21-40") == 2  # on n1, n2; n3, n4
     png = render(timeline, "png")
     assert isinstance(png, bytes) and png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) < 200_000
     svg = render(timeline, "svg")
