@@ -149,9 +149,15 @@ def build_timeline(job_id: str, submitted: float, end: float, made: list[dict[st
         if current.first_time is None:
             continue
         resumed = current.resumed_from
-        lost = max((previous.last_step or 0) - resumed, 0) if resumed is not None else 0
+        if resumed is None and current.first_step is not None:
+            resumed = current.first_step - 1  # as the ledger takes it: a run that does not resume through
+            # CheckpointManager goes on after the last step it kept, or from the beginning
+        lost = 0
+        if resumed is not None and previous.last_step is not None:
+            lost = max(previous.last_step - max(resumed, (previous.first_step or 1) - 1), 0)
         lost_total += lost
-        start = "the beginning" if resumed is None else f"the checkpoint of step {resumed}"
+        start = (f"the checkpoint of step {resumed}" if current.resumed_from is not None
+                 else "the beginning" if not resumed else f"step {resumed}, by its own record")
         run_marks.append(Mark(current.first_time, RESUME,
                               f"attempt {current.attempt} try {current.number} on {_nodes(current.nodes)}: step "
                               f"{current.first_step} at {_clock(current.first_time)}, resumed from {start}; "

@@ -82,6 +82,16 @@ def test_a_try_without_a_recorded_end_runs_until_the_next_try_or_the_run_end():
         ("a", [(100.0, 200.0)]), ("b", [(200.0, 230.0)])]
 
 
+def test_a_run_started_again_from_the_beginning_lost_every_step_it_had_computed():
+    tries = [Try("5.0", 0, ("a",), 100.0, 130.0, 1, 110.0, None, None, 10, 120.0),
+             Try("5.1", 0, ("a",), 200.0, 230.0, 1, 210.0, None, None, 10, 220.0)]
+    made = [{"attempt": "5.0", "decision": runtime.NODE_FAILURE, "unix": 125.0, "nodes": ["a"]}]
+    timeline = build_timeline("5", 90.0, 230.0, made, tries)
+    assert timeline.steps_lost == 10 and timeline.ledger.categories["lost_work"] > 0
+    (resume,) = marks(timeline.rows[0], RESUME)
+    assert "resumed from the beginning; 10 steps computed again" in resume.label
+
+
 def test_past_64_nodes_nodes_with_one_history_share_a_row():
     run = synthetic(interruptions=3, days=1, nodes=200)
     timeline = timeline_of(run)
