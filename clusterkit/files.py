@@ -40,12 +40,14 @@ def _existing_directory(path: Path) -> Path:
     return directory
 
 
-def _write_temporary(path: Path, text: str) -> Path:
-    """`text`, written and synced to a new private file beside `path`; nothing is left behind on failure."""
+def _write_temporary(path: Path, text: str | bytes) -> Path:
+    """`text` (or bytes: a picture), written and synced to a new private file beside `path`; nothing is left
+    behind on failure."""
     _existing_directory(path)
     handle, temporary = _new_file_beside(path)
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+        with (os.fdopen(handle, "wb") if isinstance(text, bytes) else
+              os.fdopen(handle, "w", encoding="utf-8")) as stream:
             stream.write(text)
             stream.flush()
             os.fsync(stream.fileno())
@@ -101,12 +103,12 @@ def _refuse_unless_regular(path: str | Path) -> None:
                               fix="name a new file or an existing regular file")
 
 
-def write_user_file(path: str | Path, text: str) -> None:
+def write_user_file(path: str | Path, text: str | bytes) -> None:
     """Write a file the user named (e.g. --output-config): only ever a regular file, new or replaced."""
     write_user_files([(path, text)])
 
 
-def write_user_files(files: Sequence[tuple[str | Path, str]]) -> None:
+def write_user_files(files: Sequence[tuple[str | Path, str | bytes]]) -> None:
     """Write the files a user named for one command, all or none: every text is written and synced to a
     temporary beside its path before the first rename, so a failure (a full or read-only file system, a
     refused path) leaves every path as it was and no temporary behind."""

@@ -130,11 +130,25 @@ def test_imports_inside_functions_count() -> None:
     ("clusterkit.providers.local.cluster", "clusterkit.resilience.checkpoint"),
     ("clusterkit.cli", "clusterkit.providers.aws"),
     ("clusterkit.runtime", "clusterkit.slurm"),
+    # The plotting library loads when a timeline is drawn, not with the modules that draw it or hand it out.
+    ("clusterkit.jobs.handle", "matplotlib"),
+    ("clusterkit.jobs.timeline_picture", "matplotlib"),
+    ("clusterkit.cli.timeline", "matplotlib"),
 ])
 def test_importing_a_module_loads_only_what_it_needs(module: str, absent: str) -> None:
     code = f"import sys, {module}; print({absent!r} in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["goodput", "--help"], ["status", "--help"], ["timeline", "--help"]])
+def test_the_cli_start_does_not_import_the_plotting_library(argv: list[str]) -> None:
+    # -X importtime names every module imported, whoever imported it.
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "clusterkit", *argv], capture_output=True,
+                            text=True, check=True)
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "clusterkit" in imported and "matplotlib" not in imported
 
 
 def _units_loaded_by(module: str) -> set[str]:

@@ -13,7 +13,7 @@ import pytest
 from clusterkit.cli import main
 from clusterkit.providers.local import cluster as local_cluster
 
-HEAVY_MODULES = ("boto3", "botocore", "submitit", "jinja2", "yaml", "torch", "pcluster")
+HEAVY_MODULES = ("boto3", "botocore", "submitit", "jinja2", "yaml", "torch", "pcluster", "matplotlib")
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
@@ -51,10 +51,12 @@ def test_every_verb_is_mapped_to_the_module_that_registers_it():
     (["validate", "spec.yaml"], "clusterkit.cli.cluster_config"),
     (["create-cluster", "--name", "x", "--dry-run"], "clusterkit.cli.clusters"),
     (["status", "12"], "clusterkit.cli.jobs"),
+    (["timeline", "12"], "clusterkit.cli.timeline"),
 ])
 def test_a_command_line_with_a_verb_builds_only_that_verb_group(argv, group):
     loaded = loaded_after(f"from clusterkit.cli import build_parser\nbuild_parser({argv!r}).parse_args({argv!r})")
-    groups = {f"clusterkit.cli.{name}" for name in ("clusters", "cluster_config", "jobs", "stack", "local", "goodput")}
+    groups = {f"clusterkit.cli.{name}" for name in ("clusters", "cluster_config", "jobs", "stack", "local", "goodput",
+                                                    "timeline")}
     assert loaded & groups == {group}
 
 

@@ -25,6 +25,7 @@ COMMAND_MODULES = {
     "clusterkit.cli.stack": ("container", "doctor", "nccl-test"),
     "clusterkit.cli.local": ("local",),
     "clusterkit.cli.goodput": ("goodput",),
+    "clusterkit.cli.timeline": ("timeline",),
 }
 
 

@@ -37,12 +37,17 @@ def progress(message: str) -> None:
 JSON_ON_STDOUT = "stdout carries the --output json document"  # why an output file may not be `-` then
 
 
-def write_stdout(text: str) -> None:
-    """A file's text on stdout (its flag was `-`, or the verb prints it by default). A stdout that cannot
-    take it (a full disk, /dev/full) is one line naming stdout, instead of a traceback at exit."""
+def write_stdout(text: str | bytes) -> None:
+    """A file's text (or bytes: a picture) on stdout (its flag was `-`, or the verb prints it by default). A stdout
+    that cannot take it (a full disk, /dev/full) is one line naming stdout, instead of a traceback at exit."""
     try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        if isinstance(text, bytes):
+            sys.stdout.flush()
+            sys.stdout.buffer.write(text)
+            sys.stdout.buffer.flush()
+        else:
+            sys.stdout.write(text)
+            sys.stdout.flush()
     except BrokenPipeError:
         raise  # `| head`: the CLI's edge treats it as the reader's choice
     except OSError as error:

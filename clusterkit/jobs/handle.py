@@ -18,6 +18,9 @@ from clusterkit.transport import Transport, exists, read_bytes
 if TYPE_CHECKING:
     from clusterkit.jobs.ledger import Ledger
     from clusterkit.jobs.records import JobRecord
+    from clusterkit.jobs.recoveries import Try
+    from clusterkit.jobs.timeline_picture import TimelinePicture
+    from clusterkit.providers.base import Replacement
 
 # Neither the queue nor accounting knows the id for this long: it is not a job (sacct lags ~3 s).
 UNKNOWN_GRACE_S = 15.0
@@ -40,6 +43,17 @@ class JobStatus:
     def to_dict(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "cluster": self.cluster, "state": self.state, "stdout": self.stdout,
                 "attempts": [attempt.to_dict() for attempt in self.attempts]}
+
+
+@lean_dataclass(frozen=True)
+class RunRecords:
+    """A supervised run's records, read once: what its ledger and its timeline are built from."""
+
+    submitted: float  # unix times
+    end: float
+    made: list[dict[str, Any]]  # the supervisor's decisions
+    tries: list[Try]
+    attempt_ends: dict[str, str]  # attempt id -> accounting's end
 
 
 class JobHandle:
@@ -82,13 +96,16 @@ class JobHandle:
     def status(self) -> JobStatus:
         """The state and every attempt, each classified (node failure, hang, time limit, ...): accounting,
         the controller and the supervisor's decisions merged, so none is missing (see jobs.attempts)."""
-        poll = self.tracker.slurm.poll([self.job_id], details_of=self.job_id)  # one round trip for all three
-        accounting = by_job(poll.accounting)
         from clusterkit.providers import open_cluster
 
+        return self._status(open_cluster(self.cluster).replacements())
+
+    def _status(self, replacements: dict[str, Replacement]) -> JobStatus:
+        poll = self.tracker.slurm.poll([self.job_id], details_of=self.job_id)  # one round trip for all three
+        accounting = by_job(poll.accounting)
         made = decisions(self.record, self.transport)
         merged = merge_attempts(self.job_id, accounting.get(self.job_id, []), poll.details, made,
-                                open_cluster(self.cluster).replacements(), tries(self.record, self.transport))
+                                replacements, tries(self.record, self.transport))
         state = run_state(self.job_id, state_of(self.job_id, poll.queue, accounting), made)
         return JobStatus(self.job_id, self.cluster, state, str(self.stdout_path) if self.stdout_path else None,
                          tuple(merged))
@@ -98,6 +115,26 @@ class JobHandle:
         runs): productive steps, lost work, checkpoint stall, detection, recovery, queued, hang, other
         (jobs.ledger). Needs the supervisor's records: a supervised job with a checkpoint_dir."""
         from clusterkit.jobs.ledger import build
+        from clusterkit.providers import open_cluster
+
+        run = self._run_records(open_cluster(self.cluster).replacements())
+        return build(self.job_id, run.submitted, run.end, run.made, run.tries, run.attempt_ends)
+
+    def timeline(self) -> TimelinePicture:
+        """The run's timeline as a picture: a row per node with its tries, the ledger's categories, each fault,
+        decision, resume and the checkpoint it loaded (jobs.timeline). A notebook shows it inline; `.save(path)`
+        writes the HTML page, `.save(path, "png")` or "svg" a picture. Needs what goodput() needs."""
+        from clusterkit.jobs.timeline import build_timeline
+        from clusterkit.jobs.timeline_picture import TimelinePicture
+        from clusterkit.providers import open_cluster
+
+        replacements = open_cluster(self.cluster).replacements()
+        run = self._run_records(replacements)
+        return TimelinePicture(build_timeline(self.job_id, run.submitted, run.end, run.made, run.tries,
+                                              run.attempt_ends, replacements))
+
+    def _run_records(self, replacements: dict[str, Replacement]) -> RunRecords:
+        """What the ledger and the timeline are built from: the supervisor's records and accounting's ends."""
         from clusterkit.jobs.recoveries import parse_time
 
         tried = [t for t in tries(self.record, self.transport) if t.attempt.rpartition(".")[0] == self.job_id]
@@ -105,7 +142,7 @@ class JobHandle:
             raise ClusterkitError(f"job {self.job_id} has no record of its tries: the goodput ledger reads what a "
                                   "supervised run keeps", fix="supervise the job (supervise: true, with a "
                                   "checkpoint_dir) and look again once its step has started")
-        status = self.status()
+        status = self._status(replacements)
         ends = {f"{self.job_id}.{attempt.attempt}": attempt.end for attempt in status.attempts if attempt.end}
         last = status.attempts[-1].end if status.attempts else ""
         end = parse_time(last) if is_final(status.state) and last else None
@@ -115,7 +152,7 @@ class JobHandle:
         submitted = parse_time(self.record.submitted) if self.record else None
         if submitted is None:
             submitted = min(attempt.started for attempt in tried if attempt.started is not None)
-        return build(self.job_id, submitted, end, decisions(self.record, self.transport), tried, ends)
+        return RunRecords(submitted, end, decisions(self.record, self.transport), tried, ends)
 
     def not_found(self) -> NotFound:
         """The error for a job that neither the controller nor accounting knows."""
