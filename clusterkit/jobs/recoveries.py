@@ -130,8 +130,16 @@ def explain(job_id: str, made: list[dict[str, Any]], tries: list[Try], replaceme
         after = recorded if recorded is not None else seen
         resumed = next((t for t in tries if t.started is not None and after is not None and t.started > after), None)
         since = failed.started if failed is not None and failed.started is not None else seen
-        replaced = [replacements[node] for node in nodes if node in replacements and since is not None
-                    and (parse_time(replacements[node].terminated_at) or 0) >= since - 1]
+        until = resumed.started if resumed is not None and resumed.started is not None else float("inf")
+        ran_on = nodes or (failed.nodes if failed is not None else ())
+        replaced = [r for r in replacements.values() if since is not None and r.node in ran_on
+                    and since - 1 <= (parse_time(r.terminated_at) or 0) <= until]
+        evidence = str(decision.get("evidence", ""))
+        if not nodes and replaced:
+            # Slurm found the node itself and requeued the job before any supervisor said which: the cluster's
+            # replacement of a node of the run in that window names it, and why it was replaced.
+            nodes = down = tuple(sorted(r.node for r in replaced))
+            evidence += "; " + "; ".join(f"{r.node} replaced: {r.replaced_because}" for r in replaced)
         ready = [r.ready_at for r in replaced if r.ready_at]
         resumed_at = resumed.first_time if resumed is not None else None
         last = failed.last_step if failed is not None else None
@@ -139,7 +147,7 @@ def explain(job_id: str, made: list[dict[str, Any]], tries: list[Try], replaceme
         recoveries.append(Recovery(
             attempt=int(index), seen_at=_iso(seen) if seen is not None else str(decision.get("time", "")),
             nodes=nodes, marked_down=down, drained=tuple(node for node in nodes if node not in down),
-            evidence=str(decision.get("evidence", "")),
+            evidence=evidence,
             action="relaunched" if decision.get("action") == runtime.RELAUNCH else "requeued",
             relaunched_on=tuple(str(node) for node in decision.get("relaunched_on", [])),
             replacement_ready_at=max(ready, key=lambda text: parse_time(text) or 0) if ready else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -233,3 +234,23 @@ def _clock(unix: float) -> str:
     import datetime as dt
 
     return dt.datetime.fromtimestamp(unix).strftime("%H:%M:%S")
+
+
+def test_a_node_slurm_found_itself_is_named_by_its_replacement():
+    from clusterkit.jobs.recoveries import parse_tries
+    from clusterkit.providers.base import Replacement
+
+    # Slurm noticed the crashed n2 and requeued the job before the supervisor said which node; the cluster replaced
+    # it meanwhile (and an unrelated n9 too).
+    made = [{"attempt": "9.0", "decision": "node_failure", "slurm_state": "NODE_FAIL", "unix": FAULT_AT + 60,
+             "evidence": "attempt 9.0 ended NODE_FAIL and Slurm requeued the job"}]
+    tries = parse_tries([*a_try("9.0", 0, -60, None, (1, -55), (25, -6)),
+                         *a_try("9.1", 0, 70, 120, (21, 78), (40, 119), resumed_from=20)])
+    tries[0] = dataclasses.replace(tries[0], nodes=("n1", "n2"))
+    replaced = {"n2": Replacement("n2", "ready", _iso(FAULT_AT + 3), _iso(FAULT_AT + 33), _iso(FAULT_AT + 34),
+                                  "down*: Not responding"),
+                "n9": Replacement("n9", "ready", _iso(FAULT_AT + 3), _iso(FAULT_AT + 33), _iso(FAULT_AT + 34))}
+    [recovery] = merge_attempts("9", [record("NODE_FAIL", "T1"), record("COMPLETED", "T10")],
+                                controller("COMPLETED", 1, "T10"), made, replaced, tries)[0].recoveries
+    assert recovery.nodes == ("n2",) and recovery.replacement_ready_at == _iso(FAULT_AT + 34), recovery
+    assert recovery.evidence.endswith("; n2 replaced: down*: Not responding")
