@@ -15,7 +15,8 @@ set by the supervisor):
 - a job whose batch host it marked DOWN is requeued (Slurm keeps a --no-kill job, one with spares, running without
   its batch script);
 - a job one of whose nodes it marked DOWN and that then stays COMPLETING on its other nodes (their step daemons
-  report to the dead host) has those nodes let go (DOWN, then at once RESUME), where no other job runs on them;
+  report to the dead host) has those nodes let go (DOWN, then at once RESUME), where no other job runs on them, and
+  holds them in a reservation until those step daemons have given up (the requeued job must not meet them);
 - a job it saw running that is now pending on its BeginTime within the credential lifetime of now (Slurm holds a
   requeued job until the credentials of its last run expire: `cred_expire`, 70 s on ParallelCluster) is released
   (`scontrol update JobId=X StartTime=now`), REVOCATION_MARGIN_S after the requeue. The launch credentials it waits
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import signal
 import sys
@@ -47,7 +49,7 @@ _QUEUE_FORMAT = "%A|%T|%B|%r|%S|%N|%k"  # the comment last: it may hold the sepa
 # Slurm's credential times are whole seconds: a run started in the second its predecessor's credentials were revoked
 # can be refused by slurmd (seen once under load: a job released at once after its requeue ended FAILED at its start).
 REVOCATION_MARGIN_S = 3
-LINGER_REASON = "clusterkit agent: back in service once it has let go of job"
+LINGER_PREFIX = "clusterkit-linger"  # the reservation that keeps jobs off a let-go node while its stale step lingers
 # What Slurm itself drains such a node for meanwhile, when the stale step outlasts UnkillableStepTimeout.
 UNKILLABLE_REASON = "Kill task failed"
 # A step daemon tries its dead parent this many times (Slurm's REVERSE_TREE_PARENT_RETRY, 5, and the first), each up
@@ -80,6 +82,11 @@ class AgentEvent:
     job: str
     node: str = ""
     evidence: str = ""
+
+
+def linger_reservation(job_id: str, node: str) -> str:
+    """The reservation that holds a node let go of `job_id` while its stale step daemon lingers."""
+    return f"{LINGER_PREFIX}-{job_id}-{node}"
 
 
 def read_agent_log(path: Path) -> list[AgentEvent]:
@@ -243,8 +250,11 @@ class Agent:
         step daemons report to the dead host (Slurm's reverse tree: MessageTimeout, 60 s on ParallelCluster, several
         times over). Once that lasts COMPLETING_GRACE_S, each such node that holds no other job is set DOWN and at
         once RESUMEd (the administrator's way to clear a job stuck completing), so that the requeued job can start,
-        then DRAINED until its stale step daemon has given up (`linger_s`): the requeued job, the same job id, must
-        not land there meanwhile (its first step's id would meet the stale one's, and fail)."""
+        then held in a reservation of its own until its stale step daemon has given up (`linger_s`): the requeued job,
+        the same job id, must not land there meanwhile (its first step's id would meet the stale one's, and fail). A
+        reservation, not a drain: ParallelCluster's clustermgtd replaces a drained idle node (terminate_drain_nodes),
+        which would cost a healthy instance, and ignores reservations that are not its own (its
+        StaticNode.is_state_healthy and _find_unhealthy_slurm_nodes); the reservation ends by itself."""
         marked = [when for (job_id, _), when in self.marked.items() if job_id == job.job_id]
         if not marked or time.monotonic() - max(marked) < COMPLETING_GRACE_S or not job.nodes:
             return
@@ -256,7 +266,10 @@ class Agent:
             try:
                 self.slurm.update_node(node, "DOWN", reason)
                 self.slurm.update_node(node, "RESUME")
-                self.slurm.update_node(node, "DRAIN", f"{LINGER_REASON} {job.job_id}'s stale step"[:200])
+                self.slurm.run("scontrol", "create", "reservation",
+                               f"ReservationName={linger_reservation(job.job_id, node)}", f"Nodes={node}",
+                               "StartTime=now", f"Duration={math.ceil(self.linger_s / 60)}", "Users=root",
+                               "Flags=IGNORE_JOBS")
             except ClusterkitError as error:
                 self.record("let_go_failed", job=job.job_id, node=node, error=str(error))
                 continue
@@ -266,8 +279,8 @@ class Agent:
             self.marked[key] = time.monotonic()  # look again after another grace, not every loop
 
     def _return_held_back(self) -> None:
-        """RESUME the nodes let go of a job once their stale step daemon is gone, if still drained for that (by us,
-        or by Slurm for the same stale step)."""
+        """Once a let-go node's stale step daemon is surely gone (its reservation has ended by itself), RESUME it if
+        Slurm drained it meanwhile for that same stale step (it outlasted UnkillableStepTimeout)."""
         due = [node for node, when in self.held_back.items() if time.monotonic() >= when]
         if not due:
             return
@@ -275,7 +288,7 @@ class Agent:
         for node in due:
             del self.held_back[node]
             info = states.get(node)
-            if info is not None and info.reason.startswith((LINGER_REASON, UNKILLABLE_REASON)):
+            if info is not None and info.reason.startswith(UNKILLABLE_REASON):
                 self.slurm.update_node(node, "RESUME")
                 self.record("returned", job="", node=node, evidence="its stale step daemon has given up")
 

@@ -60,7 +60,6 @@ from pathlib import Path
 from clusterkit import runtime
 from clusterkit.errors import ClusterkitError
 from clusterkit.resilience import beacon, decisions
-from clusterkit.resilience.agent import LINGER_REASON
 from clusterkit.resilience.checkpoint_layout import step_dirs
 from clusterkit.resilience.decisions import Action, Bound, Decision, Health, Kind, NodeEvidence, Outcome
 from clusterkit.resilience.heartbeat import every_rank_done, read_heartbeats, read_try
@@ -232,7 +231,7 @@ class Supervisor:
         try:
             return {node.name: (node.base_state, node.reason, node.reason_time) for node in self.slurm.nodes()
                     if node.name in wanted and node.reason.startswith("clusterkit")
-                    and not node.reason.startswith(LINGER_REASON) and node.base_state in ("down", "drain", "fail")}
+                    and node.base_state in ("down", "drain", "fail")}
         except Exception as error:  # the evidence is a nicety: the controller not answering changes nothing
             print(f"clusterkit supervisor: could not read the nodes' reasons: {error}", file=sys.stderr)
             return {}
