@@ -169,7 +169,8 @@ class Agent:
         self.expanded: dict[str, list[str]] = {}  # a compact node list -> its names
         self.seen_running: set[str] = set()
         self.marked: dict[tuple[str, str], float] = {}  # (job, node) -> when it was marked DOWN (monotonic)
-        self.held_back: dict[str, float] = {}  # node let go of a job -> when its stale step daemon is surely gone
+        # node let go of a job -> (the job, when its stale step daemon is surely gone)
+        self.held_back: dict[str, tuple[str, float]] = {}
         timeout = slurm_seconds(config.get("MessageTimeout", ""), 10)
         self.linger_s = PARENT_TRIES * timeout + 5
 
@@ -273,20 +274,22 @@ class Agent:
             except ClusterkitError as error:
                 self.record("let_go_failed", job=job.job_id, node=node, error=str(error))
                 continue
-            self.held_back[node] = time.monotonic() + self.linger_s
+            self.held_back[node] = (job.job_id, time.monotonic() + self.linger_s)
             self.record("let_go", job=job.job_id, node=node, evidence=reason)
         for key in [key for key in self.marked if key[0] == job.job_id]:
             self.marked[key] = time.monotonic()  # look again after another grace, not every loop
 
     def _return_held_back(self) -> None:
-        """Once a let-go node's stale step daemon is surely gone (its reservation has ended by itself), RESUME it if
-        Slurm drained it meanwhile for that same stale step (it outlasted UnkillableStepTimeout)."""
-        due = [node for node, when in self.held_back.items() if time.monotonic() >= when]
+        """Once a let-go node's stale step daemon is surely gone, end its reservation (whole minutes: it would end by
+        itself up to a minute later, or should the agent stop), and RESUME the node if Slurm drained it meanwhile for
+        that same stale step (it outlasted UnkillableStepTimeout)."""
+        due = [node for node, (_, when) in self.held_back.items() if time.monotonic() >= when]
         if not due:
             return
         states = {info.name: info for info in self.slurm.nodes()}
         for node in due:
-            del self.held_back[node]
+            job_id, _ = self.held_back.pop(node)
+            self.slurm.run("scontrol", "delete", f"ReservationName={linger_reservation(job_id, node)}", check=False)
             info = states.get(node)
             if info is not None and info.reason.startswith(UNKILLABLE_REASON):
                 self.slurm.update_node(node, "RESUME")

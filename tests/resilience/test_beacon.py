@@ -176,7 +176,7 @@ def test_the_agent_marks_a_silent_batch_host_down_then_lets_go_and_releases_the_
     # by itself: 7 minutes cover the 365 s.
     assert ("scontrol", "create", "reservation", "ReservationName=clusterkit-linger-7-n2", "Nodes=n2",
             "StartTime=now", "Duration=7", "Users=root", "Flags=IGNORE_JOBS") in slurm.commands
-    agent.held_back["n2"] = 0.0  # its time has come: the reservation ended, and the node was not drained
+    agent.held_back["n2"] = ("7", 0.0)  # its time has come: the reservation ends, and the node was not drained
     slurm.drained_reason = ""
     start = (dt.datetime.now() + dt.timedelta(seconds=71)).isoformat(timespec="seconds")
     slurm.queue_text = f"7|PENDING||BeginTime|{start}|(null)|{runtime.BEACONS_COMMENT_PREFIX}{beacons}\n"
@@ -188,10 +188,11 @@ def test_the_agent_marks_a_silent_batch_host_down_then_lets_go_and_releases_the_
     agent.once()
     assert ("scontrol", "update", "JobId=7", "StartTime=now") in slurm.commands
     resumed = len([update for update in slurm.updates if update[1] == "RESUME"])
-    agent.held_back["n2"] = 0.0  # Slurm drained it itself meanwhile, for the same stale step: it returns
+    assert ("scontrol", "delete", "ReservationName=clusterkit-linger-7-n2") in slurm.commands
+    agent.held_back["n2"] = ("7", 0.0)  # Slurm drained it itself meanwhile, for the same stale step: it returns
     slurm.drained_reason = "Kill task failed"
     agent.once()
-    agent.held_back["n2"] = 0.0  # drained by someone for something else: left alone
+    agent.held_back["n2"] = ("7", 0.0)  # drained by someone for something else: left alone
     slurm.drained_reason = "admin: bad DIMM"
     agent.once()
     assert [update for update in slurm.updates if update[1] == "RESUME"][resumed - 1:] == [("n2", "RESUME", "")] * 2
