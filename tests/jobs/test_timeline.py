@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -167,13 +166,9 @@ def test_hostile_node_names_and_evidence_are_shown_as_text():
 
 @pytest.mark.parametrize("nodes", [128, pytest.param(2048, marks=pytest.mark.slow)])
 def test_466_interruptions_over_54_days_draw_into_a_page_under_2_mb(nodes: int):
-    """Llama 3 405B's count of interruptions over its 54 days (bench/bench_timeline.py times it in a fresh
-    process)."""
-    run = synthetic(nodes=nodes)
-    started = time.perf_counter()
-    timeline = timeline_of(run)
+    """Llama 3 405B's count of interruptions over its 54 days. Its time (budget 2 s) is bench/bench_timeline.py's
+    to measure, in a fresh process: a timed test would fail on a loaded machine, not on slow code."""
+    timeline = timeline_of(synthetic(nodes=nodes))
     page = render(timeline, "html")
-    took = time.perf_counter() - started
     assert timeline.failures == 466 and len(timeline.ledger.spans) > 2 * 466 and len(timeline.nodes) == nodes
     assert len(page.encode()) <= 2_000_000
-    assert took < 6  # the budget is 2 s (the bench measures it); this only catches a drawing gone quadratic
