@@ -4,7 +4,8 @@
 # nodes as its clustermgtd does, a 2-node PyTorch training job under clusterkit's supervisor, a node going
 # silent in the middle of it (frozen: no connection reset, as a real loss), found by its liveness beacon in
 # seconds and marked DOWN, the node replaced, and the run resuming by itself at full size from its last valid
-# checkpoint, ending with weights bit-identical to a run that never stopped.
+# checkpoint, ending with weights bit-identical to a run that never stopped; then where its time went (goodput)
+# and its timeline (demo-timeline.html, beside this repository's README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -43,9 +44,13 @@ done
 ck status "$job" --cluster "$name"
 ck watch "$job" --cluster "$name"
 
-echo; echo "== every attempt of job $job"
+echo; echo "== every attempt of job $job, and each recovery explained"
 ck status "$job" --cluster "$name"
 grep -E "resuming from step|final weights" "$log"
+
+echo; echo "== where every second went, and the run as a picture"
+ck goodput "$job" --cluster "$name"
+ck timeline "$job" --cluster "$name" --output-file "$repo/demo-timeline.html"
 
 echo; echo "== the same training, never interrupted (torchrun on this machine)"
 TRAIN_STEPS=60 STEP_SECONDS=0 CLUSTERKIT_CHECKPOINT_DIR="$work/uninterrupted" \
