@@ -100,12 +100,14 @@ class JobHandle:
 
         return self._status(open_cluster(self.cluster).replacements())
 
-    def _status(self, replacements: dict[str, Replacement]) -> JobStatus:
+    def _status(self, replacements: dict[str, Replacement], made: list[dict[str, Any]] | None = None,
+                tried: list[Try] | None = None) -> JobStatus:
+        """`status()` with the run's records where the caller has read them already (each is a round trip over SSH)."""
         poll = self.tracker.slurm.poll([self.job_id], details_of=self.job_id)  # one round trip for all three
         accounting = by_job(poll.accounting)
-        made = decisions(self.record, self.transport)
-        merged = merge_attempts(self.job_id, accounting.get(self.job_id, []), poll.details, made,
-                                replacements, tries(self.record, self.transport))
+        made = decisions(self.record, self.transport) if made is None else made
+        tried = tries(self.record, self.transport) if tried is None else tried
+        merged = merge_attempts(self.job_id, accounting.get(self.job_id, []), poll.details, made, replacements, tried)
         state = run_state(self.job_id, state_of(self.job_id, poll.queue, accounting), made)
         return JobStatus(self.job_id, self.cluster, state, str(self.stdout_path) if self.stdout_path else None,
                          tuple(merged))
@@ -137,12 +139,14 @@ class JobHandle:
         """What the ledger and the timeline are built from: the supervisor's records and accounting's ends."""
         from clusterkit.jobs.recoveries import parse_time
 
-        tried = [t for t in tries(self.record, self.transport) if t.attempt.rpartition(".")[0] == self.job_id]
+        everything = tries(self.record, self.transport)
+        tried = [t for t in everything if t.attempt.rpartition(".")[0] == self.job_id]
         if not tried:
             raise ClusterkitError(f"job {self.job_id} has no record of its tries: the goodput ledger reads what a "
                                   "supervised run keeps", fix="supervise the job (supervise: true, with a "
                                   "checkpoint_dir) and look again once its step has started")
-        status = self._status(replacements)
+        made = decisions(self.record, self.transport)
+        status = self._status(replacements, made, everything)
         ends = {f"{self.job_id}.{attempt.attempt}": attempt.end for attempt in status.attempts if attempt.end}
         last = status.attempts[-1].end if status.attempts else ""
         end = parse_time(last) if is_final(status.state) and last else None
@@ -152,7 +156,7 @@ class JobHandle:
         submitted = parse_time(self.record.submitted) if self.record else None
         if submitted is None:
             submitted = min(attempt.started for attempt in tried if attempt.started is not None)
-        return RunRecords(submitted, end, decisions(self.record, self.transport), tried, ends)
+        return RunRecords(submitted, end, made, tried, ends)
 
     def not_found(self) -> NotFound:
         """The error for a job that neither the controller nor accounting knows."""
