@@ -21,6 +21,8 @@ ATTEMPT_ID_ENV = "CLUSTERKIT_ATTEMPT_ID"  # set by the supervisor: job.restart.t
 FAULTS_DIR_ENV = "CLUSTERKIT_FAULTS_DIR"  # local clusters: injected health-check faults
 # checkpoint_every="auto": node failures per GPU-hour to plan the interval for (else Llama 3's rate)
 FAILURES_PER_GPU_HOUR_ENV = "CLUSTERKIT_FAILURES_PER_GPU_HOUR"
+# The spec's checkpoint_every (steps, or auto): what CheckpointManager uses where the training passes none
+CHECKPOINT_EVERY_ENV = "CLUSTERKIT_CHECKPOINT_EVERY"
 # Set by the supervisor of a job with spare nodes for each try: the step's nodes (comma-separated) and their count,
 # which the rendered step's srun runs on (--nodelist, --nodes).
 STEP_NODES_ENV = "CLUSTERKIT_STEP_NODES"

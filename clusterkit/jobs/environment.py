@@ -136,6 +136,10 @@ def run_environment(spec: JobSpec) -> dict[str, str]:
         variables[runtime.CHECKPOINT_DIR_ENV] = spec.checkpoint_dir
     if spec.max_restarts is not None:
         variables[runtime.MAX_RESTARTS_ENV] = str(spec.max_restarts)
+    if spec.checkpoint_every is not None:
+        variables[runtime.CHECKPOINT_EVERY_ENV] = spec.checkpoint_every
+    if spec.failures_per_gpu_hour is not None:
+        variables[runtime.FAILURES_PER_GPU_HOUR_ENV] = repr(spec.failures_per_gpu_hour)
     return variables
 
 

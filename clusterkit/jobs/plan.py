@@ -147,6 +147,8 @@ def plan_job(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path |
         spec = _with_cluster_instance(spec, name, target, findings)
         spec = _with_cluster_python(spec, target)
         slurm = _slurm_of(target, need_cluster, findings)
+        if slurm is not None and name is not None:
+            spec = _with_failure_rate(spec, name, slurm, findings)
     # The rules check the spec as it runs: the instance-bound ones (version floors, processes per node) see the
     # machine a partition gives a spec that names none.
     findings = validate_job(spec) + findings
@@ -199,6 +201,28 @@ def _slurm_of(cluster: Cluster, need_cluster: bool, findings: list[Finding]) -> 
 def _note_no_cluster(findings: list[Finding], error: ClusterkitError, name: str | None) -> None:
     findings.append(info("cluster", f"not submitted from here, so no preflight: {error.message}",
                          fix=error.fix or "", value=name, rule="job.cluster"))
+
+
+def _with_failure_rate(spec: JobSpec, cluster_name: str, slurm: Slurm, findings: list[Finding]) -> JobSpec:
+    """`checkpoint_every: auto` with no failure rate given plans for the cluster's own, where its history tells."""
+    from clusterkit.goodput.model import LIMITS, LLAMA3_FAILURES_PER_GPU_HOUR
+    from clusterkit.jobs.failure_history import MIN_NODE_HOURS, cluster_history
+
+    if spec.checkpoint_every != "auto" or spec.failures_per_gpu_hour is not None:
+        return spec
+    history = cluster_history(cluster_name, slurm.transport)
+    rate = history.per_gpu_hour(spec.processes)
+    if rate is None:
+        findings.append(info("checkpoint_every", f"auto plans for Llama 3's failure rate "
+                             f"({LLAMA3_FAILURES_PER_GPU_HOUR:.3g} per GPU-hour): cluster {cluster_name!r} has "
+                             f"{history.describe()}, less than the {MIN_NODE_HOURS:g} node-hours that tell its own",
+                             fix="set failures_per_gpu_hour to plan for another rate", rule="job.failure-history"))
+        return spec
+    rate = min(rate, LIMITS["failures_per_gpu_hour"].high)
+    findings.append(info("checkpoint_every", f"auto plans for cluster {cluster_name!r}'s failure rate, {rate:.3g} "
+                         f"per GPU-hour ({history.describe()}, {spec.processes} per node)", value=rate,
+                         fix="set failures_per_gpu_hour to plan for another rate", rule="job.failure-history"))
+    return dataclasses.replace(spec, failures_per_gpu_hour=rate)
 
 
 def _with_cluster_python(spec: JobSpec, cluster: Cluster) -> JobSpec:

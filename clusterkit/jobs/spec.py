@@ -257,6 +257,12 @@ class JobSpec:
     signal: str | None = None  # e.g. "USR1@120": a signal this many seconds before the time limit
     logs: Logs = field(default_factory=Logs)
     checkpoint_dir: str | None = None
+    # How often the training saves, in steps, or "auto" (chosen in the job from the save's measured cost, the step
+    # time and the failure rate): CheckpointManager's checkpoint_every where the training passes none.
+    checkpoint_every: str | None = None
+    # The failure rate "auto" plans for, per GPU-hour. None: the cluster's own, from clusterkit's records of its
+    # supervised runs (jobs.failure_history), where they hold enough hours; else Llama 3's.
+    failures_per_gpu_hour: float | None = None
     run_id: str | None = None
     max_restarts: int | None = None
     stack: StackVersions = field(default_factory=StackVersions)

@@ -240,6 +240,28 @@ def restarts(spec: JobSpec) -> Iterator[Finding]:
 
 
 @rule
+def checkpoint_interval(spec: JobSpec) -> Iterator[Finding]:
+    from clusterkit.errors import ClusterkitError
+    from clusterkit.goodput.model import check_parameter
+    from clusterkit.resilience.checkpoint_interval import AUTO, parse_every
+
+    if spec.checkpoint_every is not None:
+        try:
+            parse_every(spec.checkpoint_every, "checkpoint_every")
+        except ClusterkitError as problem:
+            yield error("checkpoint_every", problem.message.partition(": ")[2], problem.fix, spec.checkpoint_every)
+    if spec.failures_per_gpu_hour is not None:
+        try:
+            check_parameter("failures_per_gpu_hour", spec.failures_per_gpu_hour)
+        except ClusterkitError as problem:
+            yield error("failures_per_gpu_hour", problem.message.partition(": ")[2], problem.fix,
+                        spec.failures_per_gpu_hour)
+        if spec.checkpoint_every != AUTO:
+            yield warning("failures_per_gpu_hour", "is used only to choose the checkpoint interval",
+                          "set checkpoint_every: auto, or leave failures_per_gpu_hour out")
+
+
+@rule
 def directories(spec: JobSpec) -> Iterator[Finding]:
     for path, value in (("workdir", spec.workdir), ("checkpoint_dir", spec.checkpoint_dir),
                         ("container.workdir", spec.container.workdir)):

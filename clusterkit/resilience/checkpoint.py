@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from clusterkit import runtime
 from clusterkit.errors import ClusterkitError, NotFound
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.resilience.checkpoint_commit import CommitProtocol, Topology, initialized_dist, topology_for
@@ -46,7 +47,7 @@ from clusterkit.resilience.checkpoint_files import (
     hash_pool,
     lower_priority,
 )
-from clusterkit.resilience.checkpoint_interval import CheckpointSchedule
+from clusterkit.resilience.checkpoint_interval import CheckpointSchedule, parse_every
 from clusterkit.resilience.checkpoint_layout import shard_name, step_dirs, step_number
 from clusterkit.resilience.checkpoint_manifest import (
     Checkpoint,
@@ -123,6 +124,10 @@ class CheckpointManager:
         self._last_commit: Checkpoint | None = None
         self._schedule: CheckpointSchedule | None = None
         self._agree_group: Any = None
+        if checkpoint_every is None and os.environ.get(runtime.CHECKPOINT_EVERY_ENV):
+            # The job spec's checkpoint_every, where the training passes none.
+            checkpoint_every = parse_every(os.environ[runtime.CHECKPOINT_EVERY_ENV],
+                                           f"${runtime.CHECKPOINT_EVERY_ENV}")
         if checkpoint_every is not None:
             self._schedule = CheckpointSchedule(
                 checkpoint_every, failures_per_gpu_hour=failures_per_gpu_hour,

@@ -30,6 +30,21 @@ SMOOTHING = 0.3  # weight of each new measurement in the running means
 Agree = Callable[[Sequence[float]], Sequence[float]]
 
 
+MAX_EVERY = 10**9
+
+
+def parse_every(value: object, label: str = "checkpoint_every") -> int | str:
+    """A checkpoint interval as given (a whole number of steps, its digits, or 'auto'), or an error naming `label`."""
+    if value == AUTO:
+        return AUTO
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= len(str(MAX_EVERY)):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_EVERY:
+        raise ClusterkitError(f"{label} {value!r}: must be a whole number of steps from 1 to {MAX_EVERY:,} or "
+                              f"{AUTO!r}", fix=f"e.g. {label}: 100, or {AUTO} to have it chosen")
+    return value
+
+
 def _duration(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds:,.0f} s"
 
