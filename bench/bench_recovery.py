@@ -175,10 +175,10 @@ class CaseResult:
         return None if self.resumed_from is None else self.step_at_fault - self.resumed_from
 
 
-def uninterrupted_digest() -> str:
+def uninterrupted_digest(steps: int = PC_STEPS, every: int = PC_CHECKPOINT_EVERY) -> str:
     """The final weights of the same training run never stopped (world size 2, no Slurm), as the tests make it."""
     run = Path(tempfile.mkdtemp(prefix="ck-bench-uninterrupted-"))
-    env = dict(os.environ, TRAIN_STEPS=str(PC_STEPS), CHECKPOINT_EVERY=str(PC_CHECKPOINT_EVERY), STEP_SECONDS="0",
+    env = dict(os.environ, TRAIN_STEPS=str(steps), CHECKPOINT_EVERY=str(every), STEP_SECONDS="0",
                CLUSTERKIT_CHECKPOINT_DIR=str(run))
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                     str(REPO / "examples" / "train_resilient.py")], env=env, check=True, capture_output=True)

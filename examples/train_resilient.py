@@ -22,7 +22,8 @@ real work), SAVE_SECONDS (0: rank 0 takes this much longer for each save, as a l
 storage would), EXAMPLE_FAULT (for tests: `always` fails on every attempt, `crash-once` kills rank 1's
 process once, `hang-once` stops rank 1 once without exiting, `stuck-start-once` stops rank 1 once
 before the rendezvous, so no rank ever beats, `slow-exit` has rank 0 take 10 s to exit after its last
-step, as a slow teardown would).
+step, as a slow teardown would), STEP_LOG (for benchmarks: rank 0 appends `STEP UNIX_TIME` to this file after every
+step, the run's own record of when each step was done, against which bench/bench_goodput.py checks the ledger).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
 SAVE_SECONDS = float(os.environ.get("SAVE_SECONDS", "0"))
 FAULT = os.environ.get("EXAMPLE_FAULT", "")
 FAULT_STEP = 15
+STEP_LOG = os.environ.get("STEP_LOG", "")
 # Why the ranks stop, agreed with a MAX reduction: a request outranks a signal.
 SIGNALLED, REQUESTED = 1, 2
 
@@ -165,6 +167,9 @@ def main() -> int:
         optimizer.step()
         step += 1
         heartbeat(step, min_interval_s=0.0)
+        if STEP_LOG and rank == 0:
+            with open(STEP_LOG, "a") as step_log:
+                step_log.write(f"{step} {time.time():.3f}\n")
         time.sleep(STEP_SECONDS)
         stopping = torch.tensor([REQUESTED if stop_requested() else SIGNALLED if stop_signalled else 0])
         dist.all_reduce(stopping, op=dist.ReduceOp.MAX)  # all ranks agree to stop at the same step

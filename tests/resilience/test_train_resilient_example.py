@@ -92,3 +92,16 @@ def test_checkpoint_every_auto_settles_on_an_interval_and_says_why(tmp_path: Pat
     steps = int(chosen[-1].split()[3])
     saves = [int(line.split()[3]) for line in stdout.splitlines() if line.startswith("checkpoint at step ")]
     assert len(saves) >= 3 and saves[-1] - saves[-2] == steps
+
+
+def test_step_log_holds_every_step_and_when_it_was_done(tmp_path: Path) -> None:
+    # The chaos bench's ground truth (bench/bench_goodput.py): rank 0's own record of each step.
+    log = tmp_path / "steps.log"
+    before = time.time()
+    process = start(tmp_path / "run", TRAIN_STEPS="12", CHECKPOINT_EVERY="5", STEP_LOG=str(log))
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    entries = [(int(step), float(at)) for step, at in (line.split() for line in log.read_text().splitlines())]
+    assert [step for step, _ in entries] == list(range(1, 13))
+    times = [at for _, at in entries]
+    assert before <= times[0] and times == sorted(times) and times[-1] <= time.time()

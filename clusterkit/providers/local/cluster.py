@@ -521,6 +521,10 @@ class LocalCluster:
                                   fix=f"start it with `clusterkit local start-node {self.name} {node}`")
         return namespace
 
+    def node_processes(self, node: str) -> list[int]:
+        """The pids of every process of a running node: its slurmd and all it started (steps, tasks)."""
+        return processes.pids_in_mount_namespace(self._running_namespace(node))
+
     def crash_node(self, node: str) -> list[int]:
         """SIGKILL the node's slurmd and everything it started, as a hardware fault would."""
         return self._kill_namespace(self._running_namespace(node))
