@@ -24,7 +24,7 @@ from clusterkit.registry import JsonObject
 if TYPE_CHECKING:  # slurm loads when a verb talks to Slurm, not with every verb that names a cluster
     from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, PlanDetails
     from clusterkit.registry import ClusterRecord, SavedState
-    from clusterkit.slurm import NodeInfo, Slurm
+    from clusterkit.slurm import Flavor, NodeInfo, Slurm
 
 Progress = Callable[[str], None]
 
@@ -142,6 +142,11 @@ class Cluster(Protocol):
 
     def slurm(self) -> Slurm:
         """The Slurm that runs this cluster's jobs; a ClusterkitError with a fix when none is reachable."""
+        ...
+
+    def flavor(self) -> Flavor:
+        """Whose Slurm runs its jobs: stock Slurm, or SageMaker HyperPod's (which replaces a node marked for it and
+        re-runs a step started with --auto-resume=1); a job's script is rendered for it."""
         ...
 
     def runs_dir(self) -> str | None:

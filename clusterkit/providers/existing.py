@@ -15,7 +15,7 @@ from clusterkit.errors import ClusterkitError
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, Replacement, ResizeResult, quiet, slurm_nodes
 from clusterkit.registry import ClusterRecord, JsonObject
-from clusterkit.slurm import Slurm
+from clusterkit.slurm import Flavor, Slurm, flavor_of
 from clusterkit.transport import LOCAL, SshTarget, SshTransport, Transport
 
 HOST = "host"  # the provider name of this machine's own Slurm, and that cluster's name
@@ -77,6 +77,11 @@ class ExistingCluster:
 
     def queues(self) -> dict[str, list[str]]:
         return {queue: list(types) for queue, types in self.state.queues.items()}
+
+    def flavor(self) -> Flavor:
+        """HyperPod's where the machine the jobs are submitted on (a HyperPod controller or login node) has HyperPod's
+        resource config; asked each time (over SSH: one round trip), since a connection records no such fact."""
+        return flavor_of(self.transport)
 
     def runs_dir(self) -> str | None:
         return self.state.runs_dir

@@ -50,7 +50,7 @@ from clusterkit.registry import JsonObject
 
 if TYPE_CHECKING:  # loaded only when the account is asked (prepare) or the head node reached, never by a dry run
     from clusterkit.providers.aws.resolve import Resolution
-    from clusterkit.slurm import Slurm
+    from clusterkit.slurm import Flavor, Slurm
     from clusterkit.transport import SshTarget
 
 PROVIDER = "aws"
@@ -362,6 +362,11 @@ class AwsCluster:
         import yaml  # lazy: keep CLI start fast
 
         return yaml.safe_load(self.config_file.read_text())
+
+    def flavor(self) -> Flavor:
+        from clusterkit.slurm import Flavor
+
+        return Flavor.STOCK  # ParallelCluster's Slurm is stock Slurm
 
     def runs_dir(self) -> str:
         """Runs go on shared storage: /fsx (the first file system) when the cluster has one, else the home

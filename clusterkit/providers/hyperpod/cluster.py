@@ -59,7 +59,7 @@ from clusterkit.registry import JsonObject
 
 if TYPE_CHECKING:
     from clusterkit.cluster.spec import ClusterSpec
-    from clusterkit.slurm import Slurm
+    from clusterkit.slurm import Flavor, Slurm
 
 PROVIDER = "hyperpod"
 REQUEST_FILE = "create_cluster_request.json"
@@ -371,6 +371,11 @@ class HyperPodCluster:
     def slurm(self) -> Slurm:
         raise ClusterkitError(f"jobs on HyperPod cluster {self.name!r} cannot be submitted from here yet",
                               fix="run clusterkit on its controller node (--cluster host)")
+
+    def flavor(self) -> Flavor:
+        from clusterkit.slurm import Flavor
+
+        return Flavor.HYPERPOD
 
     def runs_dir(self) -> str | None:
         return None

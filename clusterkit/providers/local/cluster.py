@@ -46,7 +46,7 @@ from clusterkit.providers.local.replacer import LOG_NAME, read_log
 from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, refuse_foreign_options
 from clusterkit.registry import ClusterRecord, JsonObject
 from clusterkit.runtime import FAULTS_DIR_ENV
-from clusterkit.slurm import NodeInfo, Slurm
+from clusterkit.slurm import Flavor, NodeInfo, Slurm
 from clusterkit.stack import health
 from clusterkit.transport import SshTarget
 
@@ -240,6 +240,9 @@ class LocalCluster:
 
     def slurm(self) -> Slurm:
         return self._slurm
+
+    def flavor(self) -> Flavor:
+        return Flavor.STOCK
 
     def runs_dir(self) -> str | None:
         return None
