@@ -31,13 +31,16 @@ from clusterkit.cluster.plan import spec_data
 from clusterkit.cluster.render import PLACEHOLDER_SUBNET
 from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
 from clusterkit.files import write_atomically
-from clusterkit.findings import Finding, error
+from clusterkit.findings import Finding, error, shorten
 from clusterkit.providers.aws.access import Aws
 from clusterkit.providers.base import (
     ClusterInfo,
     ComputeResourceSize,
     DeletionPlan,
     InstanceInfo,
+    NodeAction,
+    NodeActionPlan,
+    NodeRequest,
     Progress,
     ResizeResult,
     quiet,
@@ -67,6 +70,8 @@ POLL_SECONDS = 30.0  # between looks at the cluster; tests lower it
 NODES_PER_CALL = 25  # BatchReplaceClusterNodes and BatchRebootClusterNodes take at most 25 nodes a call
 SECURITY_GROUP_NAME = "clusterkit-hyperpod-{name}"
 _NODE_ID_RE = re.compile(r"i-[a-f0-9]{8}(?:[a-f0-9]{9})?")  # botocore's ClusterNodeId
+_SLURM_NAME_RE = re.compile(r"ip(?:-(?:25[0-5]|2[0-4][0-9]|1?[0-9]{1,2})){4}")  # HyperPod's: ip- and the address
+_NODE_OPERATIONS = {NodeAction.REPLACE: "batch_replace_cluster_nodes", NodeAction.REBOOT: "batch_reboot_cluster_nodes"}
 # HyperPod's ClusterStatus -> the provider-neutral status the CLI shows for every provider.
 _STATUS = {"InService": "running", "Creating": "creating", "Updating": "updating", "SystemUpdating": "updating",
            "RollingBack": "updating", "Deleting": "deleting", "Failed": "failed"}
@@ -421,23 +426,81 @@ class HyperPodCluster:
     def replace_nodes(self, node_ids: list[str], progress: Progress = quiet) -> tuple[str, ...]:
         """Ask HyperPod to replace these nodes (new instances; their volumes are lost), at most 25 a call; returns
         the ids being replaced, and fails in one line naming those refused."""
-        return self._batch("replace", "batch_replace_cluster_nodes", node_ids, progress)
+        return self.act_on_nodes(self._node_plan(NodeAction.REPLACE, [(node, node) for node in node_ids]), progress)
 
     def reboot_nodes(self, node_ids: list[str], progress: Progress = quiet) -> tuple[str, ...]:
         """Ask HyperPod to reboot these nodes (the same instances and volumes), at most 25 a call."""
-        return self._batch("reboot", "batch_reboot_cluster_nodes", node_ids, progress)
+        return self.act_on_nodes(self._node_plan(NodeAction.REBOOT, [(node, node) for node in node_ids]), progress)
 
-    def _batch(self, verb: str, operation: str, node_ids: list[str], progress: Progress) -> tuple[str, ...]:
-        malformed = [node for node in node_ids if not _NODE_ID_RE.fullmatch(node)]
-        if malformed or not node_ids:
-            raise ClusterkitError(f"not a HyperPod node id: {malformed[0]!r}" if malformed else f"no node to {verb}",
+    def plan_node_action(self, action: NodeAction, names: list[str]) -> NodeActionPlan:
+        """The BatchReplaceClusterNodes or BatchRebootClusterNodes requests for nodes named by Slurm name (ip-10-1-2-3,
+        HyperPod's) or instance id; Slurm names are looked up in ListClusterNodes (and DescribeClusterNode where a
+        listing has no host name). Every name is checked before SageMaker is asked anything."""
+        wanted = list(dict.fromkeys(names))
+        for name in wanted:
+            if not (_NODE_ID_RE.fullmatch(name) or _SLURM_NAME_RE.fullmatch(name)):
+                raise ClusterkitError(f"{shorten(name)!r} is not a node name of HyperPod cluster {self.name!r}",
+                                      fix="give its Slurm name (ip-10-1-2-3, as sinfo shows it) or its instance id "
+                                          "(i-..., as `clusterkit describe-cluster` lists it)")
+        if not wanted:
+            raise ClusterkitError(f"no node to {action.value}", fix="name one or more nodes")
+        by_slurm_name = self._slurm_names() if any(_SLURM_NAME_RE.fullmatch(name) for name in wanted) else {}
+        missing = [name for name in wanted if _SLURM_NAME_RE.fullmatch(name) and name not in by_slurm_name]
+        if missing:
+            raise NotFound(f"HyperPod cluster {self.name!r} has no node named {', '.join(missing)}",
+                           fix=f"see its nodes with `clusterkit describe-cluster {self.name}` (or sinfo there)")
+        return self._node_plan(action, [(name, by_slurm_name.get(name, name)) for name in wanted])
+
+    def _node_plan(self, action: NodeAction, nodes: list[tuple[str, str]]) -> NodeActionPlan:
+        malformed = [node_id for _, node_id in nodes if not _NODE_ID_RE.fullmatch(node_id)]
+        if malformed or not nodes:
+            raise ClusterkitError(f"not a HyperPod node id: {shorten(malformed[0])!r}" if malformed
+                                  else f"no node to {action.value}",
                                   fix="give EC2 instance ids (i-...) as `clusterkit describe-cluster` lists them")
+        operation = _NODE_OPERATIONS[action]
+        ids = list(dict.fromkeys(node_id for _, node_id in nodes))
+        requests = tuple(NodeRequest(operation, self.name, tuple(ids[start:start + NODES_PER_CALL]))
+                         for start in range(0, len(ids), NODES_PER_CALL))
+        return NodeActionPlan(self.name, action, tuple(nodes), requests)
+
+    def _slurm_names(self) -> dict[str, str]:
+        """Slurm name (HyperPod names a node ip-A-B-C-D after its address) -> instance id, of every node."""
+        found: dict[str, str] = {}
+        unnamed: list[str] = []
+        token = None
+        while True:
+            page = _call(self.aws, "sagemaker", "list_cluster_nodes", ClusterName=self.name,
+                         **({"NextToken": token} if token else {}))
+            for node in page.get("ClusterNodeSummaries", []):
+                host = str(node.get("PrivateDnsHostname") or "").split(".")[0]
+                if host:
+                    found[host] = node["InstanceId"]
+                else:
+                    unnamed.append(node["InstanceId"])
+            token = page.get("NextToken")
+            if not token:
+                break
+        for node_id in unnamed:
+            if not _NODE_ID_RE.fullmatch(node_id):
+                continue
+            details = _call(self.aws, "sagemaker", "describe_cluster_node", ClusterName=self.name,
+                            NodeId=node_id)["NodeDetails"]
+            host = str(details.get("PrivateDnsHostname") or "").split(".")[0]
+            address = str(details.get("PrivatePrimaryIp") or "")
+            for name in (host, "ip-" + address.replace(".", "-") if address else ""):
+                if name:
+                    found[name] = node_id
+        return found
+
+    def act_on_nodes(self, plan: NodeActionPlan, progress: Progress = quiet) -> tuple[str, ...]:
+        verb = plan.action.value
         done: list[str] = []
         refused: list[str] = []
-        for start in range(0, len(node_ids), NODES_PER_CALL):
-            batch = node_ids[start:start + NODES_PER_CALL]
-            progress(f"{verb.rstrip('e')}ing {len(batch)} node(s) of {self.name!r}: {', '.join(batch)}")
-            answer = _call(self.aws, "sagemaker", operation, ClusterName=self.name, NodeIds=batch)
+        for request in plan.requests:
+            progress(f"{verb.rstrip('e')}ing {len(request.node_ids)} node(s) of {self.name!r}: "
+                     f"{', '.join(request.node_ids)}")
+            answer = _call(self.aws, "sagemaker", request.operation, ClusterName=request.cluster_name,
+                           NodeIds=list(request.node_ids))
             done += list(answer.get("Successful", []))
             refused += [f"{failed.get('NodeId')} ({failed.get('ErrorCode')}: {failed.get('Message')})"
                         for failed in answer.get("Failed", [])]

@@ -23,8 +23,8 @@ from pathlib import Path
 from clusterkit import registry
 from clusterkit.errors import AlreadyExists, ClusterkitError, MissingDependency
 from clusterkit.pids import pid_alive, start_time
-from clusterkit.providers.base import (ClusterInfo, DeletionPlan, Progress, Replacement, ResizeResult, quiet,
-                                       slurm_nodes)
+from clusterkit.providers.base import (ClusterInfo, DeletionPlan, NodeAction, NodeActionPlan, Progress, Replacement,
+                                       ResizeResult, cannot_act_on_nodes, quiet, slurm_nodes)
 from clusterkit.providers.local import processes
 from clusterkit.providers.local.config import (
     SSHD_PRIVSEP_DIR,
@@ -633,6 +633,14 @@ class LocalCluster:
             self._slurm.update_node(node, "RESUME")
 
     # ----- delete -------------------------------------------------------------------------------
+    def plan_node_action(self, action: NodeAction, names: list[str]) -> NodeActionPlan:
+        raise cannot_act_on_nodes(self.name, "local", action,
+                                  f"crash or stop it with `clusterkit local crash-node {self.name} NODE`: with "
+                                  "--replace-nodes (or --timings parallelcluster) a DOWN node is replaced")
+
+    def act_on_nodes(self, plan: NodeActionPlan, progress: Progress = quiet) -> tuple[str, ...]:
+        raise cannot_act_on_nodes(self.name, "local", plan.action, "see `clusterkit local --help`")
+
     def deletion(self) -> DeletionPlan:
         return DeletionPlan(name=self.name, deletes=(
             f"the daemons it started (munged, MariaDB, slurmdbd, slurmctld, {self.config.nodes} slurmd"
