@@ -7,7 +7,9 @@ When the step fails the supervisor tells apart
   evidence as reason and requeue the job, so that it restarts on healthy nodes; a node that is gone (its liveness
   beacon silent and a probe unanswered, see beacon.py; or its health check unable to reach it) is marked DOWN
   instead, within seconds and without waiting for Slurm's SlurmdTimeout (180 s on ParallelCluster), so that Slurm
-  lets go of it at once and ParallelCluster replaces it;
+  lets go of it at once and ParallelCluster replaces it; on SageMaker HyperPod the node is also marked for HyperPod's
+  own replacement (State=FAIL Reason=Action:Replace, node_marks.py). A supervised step is rendered without HyperPod's
+  `--auto-resume=1`: the supervisor alone restarts it, so a failure spends the restart budget once;
   where the job holds spare nodes (`--spares`, the job spec's `supervise.spares`, with --no-kill) and a healthy
   one is left for each bad node, relaunch the step instead on its healthy nodes and the spares, in the same
   allocation (no requeue, no scheduling); Slurm takes a node it sets DOWN out of the --no-kill allocation itself
