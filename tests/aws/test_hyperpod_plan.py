@@ -171,11 +171,14 @@ def test_a_dry_run_prints_the_request_whole_and_writes_nothing(tmp_path) -> None
     assert len(shown["uploads"]) == 3 and list(tmp_path.iterdir()) == []
 
 
-def test_creating_without_a_subnet_is_refused_in_one_line_before_aws_is_asked(tmp_path) -> None:
-    result = _cli("--name", "hp", "--preset", "p5", "--execution-role", ROLE, home=tmp_path)
-    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-    assert "creating clusterkit's prerequisites network for HyperPod is not built yet" in result.stderr
-    assert "give --subnet-id" in result.stderr
+def test_a_dry_run_without_a_subnet_says_the_network_is_clusterkits_own(tmp_path) -> None:
+    result = _cli("--name", "hp", "--preset", "p5", "--execution-role", ROLE, "--dry-run", "--output", "json",
+                  home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    (vpc,) = [f for f in shown["findings"] if f["rule"] == "hyperpod.vpc" and f["path"] == "subnet_id"]
+    assert vpc["level"] == "info" and "clusterkit's prerequisites network" in vpc["message"]
+    assert any(action.startswith("choose clusterkit's prerequisites network") for action in shown["actions"])
     assert list(tmp_path.iterdir()) == []
 
 

@@ -9,8 +9,10 @@
     cluster.describe(); cluster.resize("train", 8); cluster.replace_nodes(["i-..."]); cluster.delete()
     cluster.reboot_nodes(["i-..."])
 
-What is not built yet is refused in one line: clusterkit's prerequisites network for HyperPod (give --subnet-id),
-and reaching the controller's Slurm from here (run clusterkit on the controller).
+Without --subnet-id the nodes go into clusterkit's prerequisites network (the ParallelCluster provider's stack,
+network only): one made earlier in the region whose zone offers every instance type, else a new one, which
+`delete-cluster` deletes with the cluster whose create made it once nothing else uses it. Not built yet, refused in
+one line: reaching the controller's Slurm from here (run clusterkit on the controller).
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from clusterkit import registry
 from clusterkit.cluster.loader import load_spec_data
 from clusterkit.cluster.node_scripts import lifecycle_scripts, set_digest
 from clusterkit.cluster.plan import spec_data
+from clusterkit.cluster.prerequisites import Prerequisites
 from clusterkit.cluster.render import PLACEHOLDER_SUBNET
 from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
 from clusterkit.files import write_atomically
 from clusterkit.findings import Finding, error, shorten
 from clusterkit.providers.aws.access import Aws
+from clusterkit.providers.aws.plan import KeptStack
 from clusterkit.providers.base import (
     ClusterInfo,
     ComputeResourceSize,
@@ -62,6 +66,7 @@ from clusterkit.registry import JsonObject
 
 if TYPE_CHECKING:
     from clusterkit.cluster.spec import ClusterSpec
+    from clusterkit.providers.aws.resolve import NetworkChoice
     from clusterkit.slurm import Flavor, Slurm
 
 PROVIDER = "hyperpod"
@@ -69,6 +74,7 @@ REQUEST_FILE = "create_cluster_request.json"
 POLL_SECONDS = 30.0  # between looks at the cluster; tests lower it
 NODES_PER_CALL = 25  # BatchReplaceClusterNodes and BatchRebootClusterNodes take at most 25 nodes a call
 SECURITY_GROUP_NAME = "clusterkit-hyperpod-{name}"
+NETWORK = Prerequisites(network=True, database=False)  # accounting lives on the controller (on_create.sh)
 _NODE_ID_RE = re.compile(r"i-[a-f0-9]{8}(?:[a-f0-9]{9})?")  # botocore's ClusterNodeId
 _SLURM_NAME_RE = re.compile(r"ip(?:-(?:25[0-5]|2[0-4][0-9]|1?[0-9]{1,2})){4}")  # HyperPod's: ip- and the address
 _NODE_OPERATIONS = {NodeAction.REPLACE: "batch_replace_cluster_nodes", NodeAction.REBOOT: "batch_reboot_cluster_nodes"}
@@ -122,20 +128,22 @@ class HyperPodProvider:
             raise AlreadyExists(f"a cluster named {plan.name!r} already exists", fix=f"choose another --name, or "
                                 f"delete it first with `clusterkit delete-cluster {plan.name}`")
         subnets = plan.details.request["VpcConfig"]["Subnets"]  # type: ignore[index,call-overload]
-        if PLACEHOLDER_SUBNET in subnets:
-            raise ClusterkitError("creating clusterkit's prerequisites network for HyperPod is not built yet",
-                                  fix="give --subnet-id: a private subnet with a NAT route (EFA nodes get no "
-                                      "public IP)")
         aws = self._aws_for(spec.region)
         progress(f"checking AWS credentials for {aws.region}")
         caller = check_caller(aws)
         findings: list[Finding] = []
-        progress(f"looking up subnets {', '.join(subnets)}")
-        found = _call(aws, "ec2", "describe_subnets", SubnetIds=list(subnets))["Subnets"]
-        vpcs = sorted({subnet["VpcId"] for subnet in found})
-        if len(vpcs) != 1:
-            findings.append(error("subnet_id", f"the subnets are in {len(vpcs)} VPCs", "give subnets of one VPC"))
-        vpc_id = vpcs[0] if vpcs else ""
+        network = None
+        if PLACEHOLDER_SUBNET in subnets:
+            network, spec = self._network(aws, plan, spec, findings, progress)
+            subnets = [spec.subnet_id] if spec.subnet_id else []
+        vpc_id = network.outputs.get("VpcId", "") if network and network.outputs else ""
+        if subnets:
+            progress(f"looking up subnets {', '.join(subnets)}")
+            found = _call(aws, "ec2", "describe_subnets", SubnetIds=list(subnets))["Subnets"]
+            vpcs = sorted({subnet["VpcId"] for subnet in found})
+            if len(vpcs) != 1:
+                findings.append(error("subnet_id", f"the subnets are in {len(vpcs)} VPCs", "give subnets of one VPC"))
+            vpc_id = vpcs[0] if vpcs else ""
         dns_name = mount_name = ""
         lustre = next((fsx for fsx in spec.storage.lustre if not fsx.is_new), None)
         if lustre is not None:
@@ -147,14 +155,41 @@ class HyperPodProvider:
             if not dns_name or not mount_name:
                 findings.append(error("storage.lustre[0].file_system_id", "FSx reports no DNS or mount name for it",
                                       "wait until the file system is AVAILABLE", lustre.file_system_id))
+            if network is not None and system.get("VpcId") != vpc_id:
+                findings.append(error("storage.lustre[0].file_system_id", f"the file system is in "
+                                      f"{system.get('VpcId') or 'another VPC'}, not in clusterkit's prerequisites "
+                                      "network, whose nodes could not mount it",
+                                      "give --subnet-id: a private subnet of the file system's VPC",
+                                      lustre.file_system_id))
         bucket = lifecycle_bucket(spec, plan.details.execution_role)
         create_bucket = _bucket_missing(aws, bucket, caller["account"])
         details, more = _details(spec, plan.details.execution_role, dns_name, mount_name)
         details = dataclasses.replace(details, prepared=PreparedFacts(
             account=caller["account"], caller=caller["arn"], vpc_id=vpc_id, create_bucket=create_bucket,
-            lustre_dns_name=dns_name or None))
+            lustre_dns_name=dns_name or None, network_stack=network.stack if network else None,
+            network_zone=network.zone if network else None,
+            create_network=network is not None and network.outputs is None))
         prepared = plan.replace(details=details, findings=tuple(more + findings))
         return prepared.replace(files=_files(prepared), actions=_actions(prepared))
+
+    def _network(self, aws: Aws, plan: ClusterPlan[HyperPodPlanDetails], spec: ClusterSpec, findings: list[Finding],
+                 progress: Progress) -> tuple[NetworkChoice | None, ClusterSpec]:
+        """clusterkit's prerequisites network for a spec that names no subnet, chosen as a ParallelCluster create
+        chooses it (a stack made earlier whose zone offers every instance type, else a new one); with a stack made
+        earlier, the spec gets its private subnet."""
+        from clusterkit.providers.aws.resolve import network_for
+
+        groups = plan.details.request["InstanceGroups"]  # type: ignore[index,call-overload]
+        types = sorted({str(group["InstanceType"]).removeprefix("ml.") for group in groups})  # type: ignore[index]
+        progress(f"choosing clusterkit's prerequisites network in {aws.region} for {', '.join(types)}")
+        choice = network_for(aws, types, plan.name)
+        if choice is None:
+            findings.append(error("subnet_id", f"no Availability Zone of {aws.region} offers every instance type of "
+                                  f"the cluster ({', '.join(types)})", "give --subnet-id, or use another region"))
+            return None, spec
+        if choice.outputs is None:
+            return choice, spec
+        return choice, dataclasses.replace(spec, subnet_id=choice.outputs["PrivateSubnetId"])
 
     def apply(self, plan: ClusterPlan[HyperPodPlanDetails], progress: Progress = quiet,
               poll_seconds: float | None = None) -> HyperPodCluster:
@@ -183,9 +218,16 @@ class HyperPodProvider:
         registry.save(record)  # from here on, `delete-cluster` can remove what the create made
         bucket = str(details.lifecycle_uri).split("/")[2]
         put_objects(aws, bucket, prepared.account, objects, prepared.create_bucket, progress)
+        vpc_id, subnets = prepared.vpc_id, list(details.request["VpcConfig"]["Subnets"])  # type: ignore[index,call-overload]
+        if prepared.network_stack:
+            outputs = self._make_network(aws, plan.name, prepared, progress, poll_seconds)
+            state.prerequisites = KeptStack(prepared.network_stack, created=prepared.create_network, network=True,
+                                            cost_per_hour=NETWORK.cost_per_hour())
+            registry.save(record)
+            vpc_id, subnets = outputs["VpcId"], [outputs["PrivateSubnetId"]]
         group_name = SECURITY_GROUP_NAME.format(name=plan.name)
-        progress(f"creating security group {group_name} in {prepared.vpc_id}")
-        group = _call(aws, "ec2", "create_security_group", GroupName=group_name, VpcId=prepared.vpc_id,
+        progress(f"creating security group {group_name} in {vpc_id}")
+        group = _call(aws, "ec2", "create_security_group", GroupName=group_name, VpcId=vpc_id,
                       Description=f"clusterkit HyperPod cluster {plan.name}: all traffic among its nodes (EFA)",
                       TagSpecifications=[{"ResourceType": "security-group",
                                           "Tags": [{"Key": "clusterkit:cluster", "Value": plan.name}]}])["GroupId"]
@@ -193,8 +235,7 @@ class HyperPodProvider:
         registry.save(record)
         _call(aws, "ec2", "authorize_security_group_ingress", GroupId=group,
               IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]}])
-        request = {**details.request, "VpcConfig": {**details.request["VpcConfig"],  # type: ignore[dict-item]
-                                                    "SecurityGroupIds": [group]}}
+        request = {**details.request, "VpcConfig": {"SecurityGroupIds": [group], "Subnets": subnets}}
         write_atomically(Path(state.request_file), json.dumps(request, indent=2) + "\n")
         progress(f"creating HyperPod cluster {plan.name!r} in {aws.region}")
         state.cluster_arn = _call(aws, "sagemaker", "create_cluster", **request)["ClusterArn"]
@@ -202,6 +243,20 @@ class HyperPodProvider:
         cluster = HyperPodCluster(record, aws=aws)
         cluster.follow("InService", progress, poll_seconds)
         return cluster
+
+    @staticmethod
+    def _make_network(aws: Aws, name: str, prepared: PreparedFacts, progress: Progress,
+                      poll_seconds: float | None) -> dict[str, str]:
+        """The prerequisites stack's outputs: made now (network only, in the chosen zone), or read from the one made
+        earlier."""
+        from clusterkit.cluster.prerequisites import template_text
+        from clusterkit.providers.aws import prerequisites as stacks
+
+        stack = str(prepared.network_stack)
+        if not prepared.create_network:
+            return stacks.outputs(aws, stack)
+        return stacks.create(aws, stack, template_text(NETWORK, name), {"AvailabilityZone": str(prepared.network_zone)},
+                             name, progress, POLL_SECONDS if poll_seconds is None else poll_seconds)
 
     def read_state(self, record: registry.ClusterRecord[JsonObject]) -> registry.ClusterRecord[HyperPodClusterState]:
         return registry.ClusterRecord(record.name, record.provider, record.created,
@@ -237,17 +292,27 @@ def _files(plan: ClusterPlan[HyperPodPlanDetails]) -> dict[str, str]:
 def _actions(plan: ClusterPlan[HyperPodPlanDetails]) -> tuple[str, ...]:
     details, prepared = plan.details, plan.details.prepared
     uploads = tuple(f"upload {url.rsplit('/', 1)[-1]} to {url}" for url in details.uploads)
+    placeholder = PLACEHOLDER_SUBNET in (details.request or {}).get("VpcConfig", {}).get(  # type: ignore[union-attr]
+        "Subnets", [])
     if prepared is None:
         asked = (f"check the AWS caller (sts get-caller-identity) in {details.region}",
+                 *(("choose clusterkit's prerequisites network: a prerequisites stack made earlier in the region whose "
+                    "zone offers every instance type, else a new one (VPC, NAT gateway, private subnet) in the first "
+                    "such zone",) if placeholder else ()),
                  "look up the subnets' VPC (ec2 describe-subnets) and the FSx for Lustre file system's DNS and mount "
                  "names (fsx describe-file-systems), and whether the lifecycle bucket exists")
         group = "create the nodes' security group in the subnets' VPC (all traffic within itself)"
+        network: tuple[str, ...] = ()
     else:
         bucket = str(details.lifecycle_uri).split("/")[2]
         asked = (f"create S3 bucket {bucket} (private)",) if prepared.create_bucket else ()
-        group = (f"create security group {SECURITY_GROUP_NAME.format(name=plan.name)} in {prepared.vpc_id} "
-                 "(all traffic within itself) and put its id in VpcConfig.SecurityGroupIds")
-    return (*asked, *uploads, group,
+        network = ((f"create clusterkit's prerequisites stack {prepared.network_stack} (a VPC, a NAT gateway, a "
+                    f"private subnet in {prepared.network_zone}), follow it, and put its private subnet in "
+                    "VpcConfig.Subnets",) if prepared.create_network else ())
+        group = (f"create security group {SECURITY_GROUP_NAME.format(name=plan.name)} in "
+                 f"{prepared.vpc_id or 'its VPC'} (all traffic within itself) and put its id in "
+                 "VpcConfig.SecurityGroupIds")
+    return (*asked, *uploads, *network, group,
             f"call sagemaker create_cluster with create_cluster_request and follow cluster {plan.name} to InService")
 
 
@@ -514,12 +579,49 @@ class HyperPodCluster:
         deletes = [f"HyperPod cluster {self.name} in {self.state.region}: every node, its root and EBS volumes"]
         if self.state.security_group_id:
             deletes.append(f"security group {self.state.security_group_id} (made for its nodes)")
-        keeps = ["the subnets and their VPC (the network is not the cluster's)"]
+        network = self.state.prerequisites
+        if network is None:
+            keeps = ["the subnets and their VPC (the network is not the cluster's)"]
+        elif not network.created:
+            keeps = [f"prerequisites stack {network.stack} (its network; made earlier, not by this cluster's create)"]
+        else:
+            others = self._others_using(network.stack)
+            if others:
+                keeps = [f"prerequisites stack {network.stack} (cluster {', '.join(others)} uses it too)"]
+            else:
+                keeps = []
+                deletes.append(f"prerequisites stack {network.stack}: its VPC, NAT gateway and subnets, made by this "
+                               "cluster's create (kept if anything else is in its network by then)")
         if self.state.lustre_file_system_id:
             keeps.insert(0, f"FSx for Lustre {self.state.lustre_file_system_id} and every file on it")
         if self.state.lifecycle_uri:
             keeps.append(f"the lifecycle scripts at {self.state.lifecycle_uri}")
         return DeletionPlan(self.name, tuple(deletes), tuple(keeps), confirm=True)
+
+    def _others_using(self, stack: str) -> list[str]:
+        """Other clusters whose records name the prerequisites stack (HyperPod or ParallelCluster ones)."""
+        from clusterkit.providers.aws.plan import AwsClusterState
+
+        states = {"aws": AwsClusterState.from_json, PROVIDER: HyperPodClusterState.from_json}
+        return sorted(record.name for record in registry.all_records() if record.name != self.name
+                      and record.provider in states
+                      and getattr(states[record.provider](record.details).prerequisites, "stack", None) == stack)
+
+    def _network_kept_because(self, stack: str) -> str:
+        """Why the prerequisites stack this create made stays once the cluster is gone ('' when it goes)."""
+        from clusterkit.cluster.prerequisites import CREATED_FOR_TAG
+        from clusterkit.providers.aws import prerequisites as stacks
+
+        others = self._others_using(stack)
+        if others:
+            return f"cluster {', '.join(others)} uses it too"
+        found = stacks.describe(self.aws, stack)
+        if found is None:
+            return "already gone"
+        if found["tags"].get(CREATED_FOR_TAG) != self.name:
+            return "made for another cluster"
+        users = stacks.users(self.aws, found["outputs"])
+        return f"still used by {', '.join(users[:3])}" if users else ""
 
     def delete(self, progress: Progress = quiet, poll_seconds: float | None = None) -> None:
         from clusterkit.providers.aws.access import call
@@ -540,5 +642,15 @@ class HyperPodCluster:
                                           f"{failure.response.get('Error', {}).get('Message', failure)}",
                                           fix=f"retry `clusterkit delete-cluster {self.name}` once the cluster's "
                                               "network interfaces are gone") from None
+        network = self.state.prerequisites
+        if network is not None and network.created:
+            kept_because = self._network_kept_because(network.stack)
+            if kept_because:
+                progress(f"keeping prerequisites stack {network.stack} ({kept_because}; delete it in CloudFormation "
+                         "once nothing uses it)")
+            else:
+                from clusterkit.providers.aws import prerequisites as stacks
+
+                stacks.delete(self.aws, network.stack, progress, POLL_SECONDS if poll_seconds is None else poll_seconds)
         registry.remove(self.name)
         shutil.rmtree(registry.cluster_dir(self.name), ignore_errors=True)
