@@ -86,7 +86,8 @@ def test_the_lifecycle_set_is_uploaded_under_one_hash_of_all_of_it(tmp_path, mon
     assert prefix.startswith(f"s3://sagemaker-clusterkit-123456789012-us-east-1/{LIFECYCLE_KEY_PREFIX}/sha256-")
     assert {group["LifeCycleConfig"]["SourceS3Uri"] for group in plan.details.request["InstanceGroups"]} == {prefix}
     assert sorted(plan.details.uploads) == [prefix + name for name in
-                                            ("clusterkit-lifecycle.json", "clusterkit-venv.sh", "on_create.sh")]
+                                            ("clusterkit-agent.sh", "clusterkit-lifecycle.json", "clusterkit-venv.sh",
+                                             "on_create.sh")]
     ((path, text),) = plan.files.items()
     assert path == str(tmp_path / "clusters" / "hp" / PARAMETERS_FILE) == plan.details.uploads[prefix + PARAMETERS_FILE]
     assert json.loads(text)["nvme_groups"] == ["train-p4de-24xl"]
@@ -168,7 +169,7 @@ def test_a_dry_run_prints_the_request_whole_and_writes_nothing(tmp_path) -> None
                                                       subnet_id="subnet-0abc").details.request
     assert shown["create_cluster_request"]["VpcConfig"]["Subnets"] == ["subnet-0abc"]
     assert {f["rule"] for f in shown["findings"]} >= {"hyperpod.lustre", "hyperpod.vpc"}
-    assert len(shown["uploads"]) == 3 and list(tmp_path.iterdir()) == []
+    assert len(shown["uploads"]) == 4 and list(tmp_path.iterdir()) == []
 
 
 def test_a_dry_run_without_a_subnet_says_the_network_is_clusterkits_own(tmp_path) -> None:
