@@ -218,7 +218,8 @@ class HyperPodProvider:
         registry.save(record)  # from here on, `delete-cluster` can remove what the create made
         bucket = str(details.lifecycle_uri).split("/")[2]
         put_objects(aws, bucket, prepared.account, objects, prepared.create_bucket, progress)
-        vpc_id, subnets = prepared.vpc_id, list(details.request["VpcConfig"]["Subnets"])  # type: ignore[index,call-overload]
+        vpc_id = prepared.vpc_id
+        subnets = list(details.request["VpcConfig"]["Subnets"])  # type: ignore[index,call-overload]
         if prepared.network_stack:
             outputs = self._make_network(aws, plan.name, prepared, progress, poll_seconds)
             state.prerequisites = KeptStack(prepared.network_stack, created=prepared.create_network, network=True,
