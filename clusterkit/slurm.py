@@ -7,6 +7,7 @@ anything. Parsing is done on Slurm's parsable output (`-P`/`-h` with `|`), not o
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import re
 import secrets
@@ -20,7 +21,7 @@ from pathlib import Path
 from clusterkit.errors import ClusterkitError, MissingDependency, NotFound
 from clusterkit.findings import shorten
 from clusterkit.lean_dataclass import lean_dataclass
-from clusterkit.transport import LOCAL, Transport
+from clusterkit.transport import LOCAL, Transport, exists
 
 INSTALL_HINT = "install Slurm's client commands: apt-get install -y slurm-wlm (or scripts/install-slurm.sh)"
 
@@ -40,6 +41,28 @@ def checked_job_id(job_id: str) -> str:
                               fix="give the id sbatch printed, e.g. 1234 (or 1234_5 for an array task); "
                                   "`clusterkit jobs` lists them")
     return job_id
+
+
+# SageMaker HyperPod writes its groups and their instances here on every node it runs (its lifecycle scripts read it).
+HYPERPOD_RESOURCE_CONFIG = "/opt/ml/config/resource_config.json"
+# HyperPod's own request, from Slurm, for a node: `scontrol update node=X state=fail reason="Action:Replace"` (new
+# hardware; the instance's volumes are lost) or "Action:Reboot" (the same instance). The reason must be exactly this.
+REPLACE_REASON = "Action:Replace"
+REBOOT_REASON = "Action:Reboot"
+
+
+class Flavor(str, enum.Enum):
+    """Whose Slurm a cluster runs: stock Slurm (a local cluster, ParallelCluster, any other), or SageMaker HyperPod's,
+    which replaces a node marked FAIL with REPLACE_REASON and re-runs a failed step started with --auto-resume=1."""
+
+    STOCK = "slurm"
+    HYPERPOD = "hyperpod"
+
+
+def flavor_of(transport: Transport = LOCAL) -> Flavor:
+    """The flavor of the Slurm of the machine `transport` reaches (this one by default): HyperPod's where HyperPod's
+    resource config is there."""
+    return Flavor.HYPERPOD if exists(transport, HYPERPOD_RESOURCE_CONFIG) else Flavor.STOCK
 
 
 @lean_dataclass(frozen=True)

@@ -31,6 +31,7 @@ class ScriptedSlurm:
         self.calls = 0  # squeue and sacct invocations
         self.fail_next = 0  # the next squeue calls that fail as an overloaded controller's would
         self.drained: list[tuple[str, str]] = []
+        self.marks: list[tuple[str, str, str]] = []  # (node, state, reason) of each update, in order
         self.requeued: list[str] = []
         self.seconds_left: float | None = None  # before the job's time limit; None: no limit
         self.node_states: dict[str, tuple[str, str]] = {}  # node -> (sinfo's state, reason); else allocated
@@ -78,6 +79,7 @@ class ScriptedSlurm:
 
     def update_node(self, node: str, state: str, reason: str = "") -> None:
         self.drained.append((node, reason))
+        self.marks.append((node, state, reason))
 
     def run(self, command: str, *args: str, **_: object) -> subprocess.CompletedProcess[str]:
         """`srun ... -w NODE python -m clusterkit.stack.health`: the node's health report."""
@@ -103,9 +105,10 @@ for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
 exit "$status"
 """
 
-# A fake scontrol that expands the node lists the tests use.
+# A fake scontrol that expands the node lists the tests use, and takes (records) any update.
 SCONTROL = r"""#!/bin/bash
 printf '%s\0' "$@" > "$CK_SHIM_LOG/scontrol.$$.argv"
+[[ $1 == update ]] && exit 0
 [[ $1 == show && $2 == hostnames ]] || exit 2
 case $3 in
   "node-[3-4]") printf 'node-3\nnode-4\n' ;;

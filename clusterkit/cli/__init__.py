@@ -19,7 +19,7 @@ from clusterkit.errors import ClusterkitError
 # Verb-group modules and the verbs each registers, in the order they appear in --help.
 COMMAND_MODULES = {
     "clusterkit.cli.clusters": ("create-cluster", "connect", "describe-cluster", "list-clusters",
-                                "update-cluster", "delete-cluster"),
+                                "update-cluster", "delete-cluster", "replace-node", "reboot-node"),
     "clusterkit.cli.cluster_config": ("validate",),
     "clusterkit.cli.jobs": ("submit", "status", "logs", "cancel", "watch", "jobs"),
     "clusterkit.cli.stack": ("container", "doctor", "nccl-test"),

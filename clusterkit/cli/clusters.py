@@ -1,4 +1,5 @@
-"""Cluster verbs: create-cluster, describe-cluster, list-clusters, update-cluster, delete-cluster.
+"""Cluster verbs: create-cluster, describe-cluster, list-clusters, update-cluster, delete-cluster, replace-node,
+reboot-node.
 
 One set of verbs for every provider: they call the provider interface (plan, prepare, apply; describe,
 resize, deletion, delete) and print what comes back. Nothing here knows which provider it talks to.
@@ -17,6 +18,7 @@ from clusterkit.files import STDOUT, check_outputs, write_user_files
 
 if TYPE_CHECKING:
     from clusterkit.providers import ClusterInfo, ClusterPlan, DeletionPlan, Progress
+    from clusterkit.providers.base import NodeActionPlan
     from clusterkit.registry import JsonObject
 
 # create-cluster arguments beyond the request; which provider takes each is that provider's own declaration.
@@ -126,6 +128,19 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     delete.add_argument("--delete-storage", action="store_true",
                         help="agree that shared storage with DeletionPolicy Delete is deleted too, files and all")
     delete.set_defaults(handler=delete_cluster)
+
+    for verb, action, what in (("replace-node", "replace", "new hardware in their place; their volumes are lost"),
+                               ("reboot-node", "reboot", "the same instances, started again")):
+        nodes = subparsers.add_parser(
+            verb, parents=[common], help=f"{action} nodes of a HyperPod cluster by name ({what})",
+            description=f"Ask the cluster's provider to {action} nodes ({what}), named as Slurm names them "
+                        "(ip-10-1-2-3) or by instance id (i-...); SageMaker HyperPod takes at most 25 a call. "
+                        "Providers that cannot say so.")
+        nodes.add_argument("name", help="the cluster")
+        nodes.add_argument("nodes", nargs="+", metavar="NODE", help="Slurm name or instance id")
+        nodes.add_argument("--dry-run", action="store_true",
+                           help="print the exact requests (the nodes are looked up); send none")
+        nodes.set_defaults(handler=node_action, action=action)
 
 
 def _say(args: argparse.Namespace) -> Progress:
@@ -371,6 +386,37 @@ def delete_cluster(args: argparse.Namespace) -> int:
         print(f"cluster {args.name!r} deleted ({seconds} s)" +
               (f"; kept: {'; '.join(deletion.keeps)}" if deletion.keeps else ""))
     return 0
+
+
+def node_action(args: argparse.Namespace) -> int:
+    from clusterkit.providers import open_cluster
+    from clusterkit.providers.base import NodeAction
+
+    cluster = open_cluster(args.name)
+    plan = cluster.plan_node_action(NodeAction(args.action), list(args.nodes))
+    if args.dry_run:
+        if args.output == "json":
+            print_json({**plan.to_dict(), "dry_run": True})
+        else:
+            _print_node_plan(plan)
+        return 0
+    started = time.monotonic()
+    done = cluster.act_on_nodes(plan, progress=_say(args))
+    seconds = round(time.monotonic() - started, 2)
+    if args.output == "json":
+        print_json({**plan.to_dict(), "dry_run": False, "done": list(done), "seconds": seconds})
+    else:
+        print(f"cluster {plan.cluster!r}: {len(done)} node(s) being {plan.action.value.rstrip('e')}ed: "
+              f"{', '.join(done)} ({seconds} s)")
+    return 0
+
+
+def _print_node_plan(plan: NodeActionPlan) -> None:
+    print(f"{plan.action.value} on cluster {plan.cluster!r}: " +
+          ", ".join(name if name == node_id else f"{name} ({node_id})" for name, node_id in plan.nodes))
+    for request in plan.requests:
+        print(f"  would call {request.operation}(ClusterName={request.cluster_name!r}, "
+              f"NodeIds={list(request.node_ids)!r})")
 
 
 def _print_deletion(deletion: DeletionPlan, args: argparse.Namespace) -> None:

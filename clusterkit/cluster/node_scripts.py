@@ -113,7 +113,8 @@ def lifecycle_scripts() -> dict[str, Path]:
     scripts it calls)."""
     directory = data_dir(DATA_DIR) / HYPERPOD_LIFECYCLE
     found = {path.name: path for path in sorted(directory.iterdir()) if path.is_file()}
-    found[CLUSTERKIT_VENV] = node_script(CLUSTERKIT_VENV).path
+    for name in (CLUSTERKIT_VENV, CLUSTERKIT_AGENT):
+        found[name] = node_script(name).path
     return found
 
 

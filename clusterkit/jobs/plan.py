@@ -31,7 +31,7 @@ from clusterkit.jobs.spec import JobSpec
 from clusterkit.jobs.validators import validate_job
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.providers import Cluster, open_cluster, resolve_cluster_name
-from clusterkit.slurm import Slurm
+from clusterkit.slurm import Flavor, Slurm
 from clusterkit.transport import make_dirs, upload
 
 
@@ -142,13 +142,14 @@ def plan_job(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path |
 
     findings: list[Finding] = []
     name, target = _resolve_cluster(cluster or spec.cluster, need_cluster, findings)
-    slurm = None
+    slurm, flavor = None, Flavor.STOCK
     if target is not None:
         spec = _with_cluster_instance(spec, name, target, findings)
         spec = _with_cluster_python(spec, target)
         slurm = _slurm_of(target, need_cluster, findings)
         if slurm is not None and name is not None:
             spec = _with_failure_rate(spec, name, slurm, findings)
+        flavor = _flavor_of(target, need_cluster, findings, noted=slurm is None)
     # The rules check the spec as it runs: the instance-bound ones (version floors, processes per node) see the
     # machine a partition gives a spec that names none.
     findings = validate_job(spec) + findings
@@ -166,7 +167,7 @@ def plan_job(spec: JobSpec, cluster: str | None = None, *, workdir: str | Path |
                    slurm=slurm)
     if has_errors(findings):
         return dataclasses.replace(base, findings=tuple(findings))
-    script = render_sbatch(spec)
+    script = render_sbatch(spec, flavor)
     if preflight and slurm is not None:
         findings += checks.preflight(spec, slurm, workdir_path)
     state_dir = (runtime.run_state_dir(spec.checkpoint_dir, base=workdir_path)
@@ -196,6 +197,18 @@ def _slurm_of(cluster: Cluster, need_cluster: bool, findings: list[Finding]) -> 
             raise
         _note_no_cluster(findings, error, cluster.name)
         return None
+
+
+def _flavor_of(cluster: Cluster, need_cluster: bool, findings: list[Finding], noted: bool) -> Flavor:
+    """Whose Slurm the cluster runs (the script is rendered for it); stock Slurm where a dry run cannot ask."""
+    try:
+        return cluster.flavor()
+    except ClusterkitError as error:
+        if need_cluster:
+            raise
+        if not noted:
+            _note_no_cluster(findings, error, cluster.name)
+        return Flavor.STOCK
 
 
 def _note_no_cluster(findings: list[Finding], error: ClusterkitError, name: str | None) -> None:

@@ -25,6 +25,7 @@ from clusterkit.findings import CONTROL_RE, errors
 from clusterkit.jobs.environment import job_environment
 from clusterkit.jobs.spec import JobSpec, Mount, parse_warning
 from clusterkit.jobs.validators import ECR_IMAGE_RE, SBATCH_OPTION_RE, validate_job
+from clusterkit.slurm import Flavor
 
 # Slurm variables a program inside a docker container may read (docker passes no environment by itself).
 DOCKER_SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST", "SLURM_NODEID",
@@ -96,14 +97,15 @@ def _only_checked_text(value: object) -> object:
                         fix="report this bug: every value must pass shquote, shwords, sbatch_escape or comment")
 
 
-def render_sbatch(spec: JobSpec) -> str:
-    """The sbatch script for `spec`; raises ClusterkitError if validate_job finds errors."""
+def render_sbatch(spec: JobSpec, flavor: Flavor = Flavor.STOCK) -> str:
+    """The sbatch script for `spec` on a cluster of `flavor`'s Slurm; raises ClusterkitError if validate_job finds
+    errors."""
     problems = errors(validate_job(spec))
     if problems:
         raise ClusterkitError(f"job spec {spec.name!r} has errors: " + "; ".join(str(e) for e in problems),
                               fix=problems[0].fix or "fix the fields named")
     template = template_environment().get_template("job.sbatch.j2")
-    return str(template.render(job=sbatch_context(spec)))
+    return str(template.render(job=sbatch_context(spec, flavor)))
 
 
 # The same rule in bash, printing the port on the node: the body of _rdzv.j2's clusterkit_rdzv_port,
@@ -132,8 +134,9 @@ def rendezvous_port(job_id: int, cluster_name: str = "", attempt: int = 0) -> in
     return PORT_BASE + (job_id + digest + attempt) % PORT_SPAN
 
 
-def sbatch_context(spec: JobSpec) -> dict[str, Any]:
-    """What the templates lay out, decided from the spec (plain data: printable as JSON for a dry run)."""
+def sbatch_context(spec: JobSpec, flavor: Flavor = Flavor.STOCK) -> dict[str, Any]:
+    """What the templates lay out, decided from the spec and the flavor of the cluster's Slurm (plain data: printable
+    as JSON for a dry run)."""
     facts = spec.instance_facts
     environment = job_environment(spec)
     launcher = spec.launcher.kind
@@ -195,6 +198,11 @@ def sbatch_context(spec: JobSpec) -> dict[str, Any]:
             "clusterkit_step", "clusterkit_launch_step")))),
         "supervisor": _supervisor_command(spec),
         "spares": _spares(spec),
+        "hyperpod": flavor is Flavor.HYPERPOD,
+        # HyperPod's auto-resume re-runs a step that failed on a faulty node, after replacing it. Under the supervisor
+        # it is left out: the supervisor restarts the step (and asks HyperPod for the replacement), so that a failure
+        # spends the restart budget once and no two restarters race (see decisions.decide).
+        "auto_resume": flavor is Flavor.HYPERPOD and spec.supervise is None,
     }
 
 

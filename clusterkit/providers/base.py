@@ -14,17 +14,19 @@ What crosses this interface is typed: a provider's plan details and saved state 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable
 from dataclasses import field
 from typing import TYPE_CHECKING, Protocol, TypeVar, Union
 
+from clusterkit.errors import ClusterkitError
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.registry import JsonObject
 
 if TYPE_CHECKING:  # slurm loads when a verb talks to Slurm, not with every verb that names a cluster
     from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, PlanDetails
     from clusterkit.registry import ClusterRecord, SavedState
-    from clusterkit.slurm import NodeInfo, Slurm
+    from clusterkit.slurm import Flavor, NodeInfo, Slurm
 
 Progress = Callable[[str], None]
 
@@ -132,6 +134,47 @@ class ResizeResult:
                 "compute_resources": [dataclasses.asdict(size) for size in self.compute_resources]}
 
 
+class NodeAction(str, enum.Enum):
+    """What a cluster's provider is asked to do to nodes named by the user."""
+
+    REPLACE = "replace"  # new hardware in the node's place; the instance's volumes are lost
+    REBOOT = "reboot"  # the same instance, started again
+
+
+@lean_dataclass(frozen=True)
+class NodeRequest:
+    """One call a node action makes: the provider's `operation` (boto3's name) on `node_ids` of `cluster_name`."""
+
+    operation: str
+    cluster_name: str
+    node_ids: tuple[str, ...]
+
+    def to_dict(self) -> JsonObject:
+        return {"operation": self.operation, "ClusterName": self.cluster_name, "NodeIds": list(self.node_ids)}
+
+
+@lean_dataclass(frozen=True)
+class NodeActionPlan:
+    """`replace-node`/`reboot-node` before anything is asked: each node as named and the id it maps to, and the
+    exact requests an apply sends (a dry run prints them)."""
+
+    cluster: str
+    action: NodeAction
+    nodes: tuple[tuple[str, str], ...]  # (as the user named it, its instance id)
+    requests: tuple[NodeRequest, ...]
+
+    def to_dict(self) -> JsonObject:
+        return {"cluster": self.cluster, "action": self.action.value,
+                "nodes": [{"name": name, "node_id": node_id} for name, node_id in self.nodes],
+                "requests": [request.to_dict() for request in self.requests]}
+
+
+def cannot_act_on_nodes(cluster: str, provider: str, action: NodeAction, fix: str) -> ClusterkitError:
+    """The one-line refusal of a provider that cannot replace or reboot nodes by name."""
+    return ClusterkitError(f"cluster {cluster!r} is a {provider} cluster: clusterkit cannot {action.value} its nodes "
+                           "by name", fix=fix)
+
+
 class Cluster(Protocol):
     """A cluster known to the registry (or this machine's own Slurm)."""
 
@@ -142,6 +185,11 @@ class Cluster(Protocol):
 
     def slurm(self) -> Slurm:
         """The Slurm that runs this cluster's jobs; a ClusterkitError with a fix when none is reachable."""
+        ...
+
+    def flavor(self) -> Flavor:
+        """Whose Slurm runs its jobs: stock Slurm, or SageMaker HyperPod's (which replaces a node marked for it and
+        re-runs a step started with --auto-resume=1); a job's script is rendered for it."""
         ...
 
     def runs_dir(self) -> str | None:
@@ -169,6 +217,15 @@ class Cluster(Protocol):
 
     def deletion(self) -> DeletionPlan:
         """What `delete` would remove and keep (a dry run of it)."""
+        ...
+
+    def plan_node_action(self, action: NodeAction, names: list[str]) -> NodeActionPlan:
+        """The requests that replace or reboot the nodes `names` (Slurm names or instance ids); asks the provider
+        which node is which, changes nothing. A provider that cannot is a ClusterkitError with the fix."""
+        ...
+
+    def act_on_nodes(self, plan: NodeActionPlan, progress: Progress = quiet) -> tuple[str, ...]:
+        """Send the plan's requests; the ids being replaced or rebooted. Nodes refused are one ClusterkitError."""
         ...
 
     def delete(self, progress: Progress = quiet) -> None: ...

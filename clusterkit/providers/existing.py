@@ -13,9 +13,10 @@ from dataclasses import field
 from clusterkit import registry
 from clusterkit.errors import ClusterkitError
 from clusterkit.lean_dataclass import lean_dataclass
-from clusterkit.providers.base import ClusterInfo, DeletionPlan, Progress, Replacement, ResizeResult, quiet, slurm_nodes
+from clusterkit.providers.base import (ClusterInfo, DeletionPlan, NodeAction, NodeActionPlan, Progress, Replacement,
+                                       ResizeResult, cannot_act_on_nodes, quiet, slurm_nodes)
 from clusterkit.registry import ClusterRecord, JsonObject
-from clusterkit.slurm import Slurm
+from clusterkit.slurm import Flavor, Slurm, flavor_of
 from clusterkit.transport import LOCAL, SshTarget, SshTransport, Transport
 
 HOST = "host"  # the provider name of this machine's own Slurm, and that cluster's name
@@ -78,6 +79,11 @@ class ExistingCluster:
     def queues(self) -> dict[str, list[str]]:
         return {queue: list(types) for queue, types in self.state.queues.items()}
 
+    def flavor(self) -> Flavor:
+        """HyperPod's where the machine the jobs are submitted on (a HyperPod controller or login node) has HyperPod's
+        resource config; asked each time (over SSH: one round trip), since a connection records no such fact."""
+        return flavor_of(self.transport)
+
     def runs_dir(self) -> str | None:
         return self.state.runs_dir
 
@@ -109,6 +115,14 @@ class ExistingCluster:
     def resize(self, queue: str, max_count: int, min_count: int | None = None, compute_resource: str | None = None,
                progress: Progress = quiet) -> ResizeResult:
         raise self._not_ours("resize", "update-cluster")
+
+    def plan_node_action(self, action: NodeAction, names: list[str]) -> NodeActionPlan:
+        raise cannot_act_on_nodes(self.name, "Slurm" if self.state.ssh is None else "connected (ssh)", action,
+                                  f"{action.value} it where the cluster was made; on a HyperPod controller: scontrol "
+                                  f"update NodeName=NODE State=FAIL Reason=Action:{action.value.capitalize()}")
+
+    def act_on_nodes(self, plan: NodeActionPlan, progress: Progress = quiet) -> tuple[str, ...]:
+        raise cannot_act_on_nodes(self.name, "Slurm", plan.action, f"{plan.action.value} it where the cluster was made")
 
     def deletion(self) -> DeletionPlan:
         if self.state.ssh is None:

@@ -11,7 +11,8 @@ set by the supervisor):
   nodes, runs there and dies with it; for the others it can where the supervisor, an ordinary user's process on
   ParallelCluster, may not. Slurm alone would wait SlurmdTimeout (180 s on ParallelCluster) to notice. DOWN makes
   Slurm requeue the job at once (or take the node out of a --no-kill allocation), and ParallelCluster's
-  clustermgtd replace the node.
+  clustermgtd replace the node; on SageMaker HyperPod it is then also marked FAIL with HyperPod's "Action:Replace"
+  (node_marks.py), HyperPod's own way to ask for a replacement from Slurm.
 - a job whose batch host it marked DOWN is requeued (Slurm keeps a --no-kill job, one with spares, running without
   its batch script);
 - a job one of whose nodes it marked DOWN and that then stays COMPLETING on its other nodes (their step daemons
@@ -41,7 +42,8 @@ from clusterkit import runtime
 from clusterkit.errors import ClusterkitError
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.resilience import beacon
-from clusterkit.slurm import Slurm
+from clusterkit.resilience.node_marks import marks_for
+from clusterkit.slurm import Flavor, Slurm, flavor_of
 
 INTERVAL_S = 1.0
 DEFAULT_CRED_EXPIRE_S = 120  # Slurm's own, where AuthInfo does not say
@@ -158,8 +160,10 @@ def releasable(job: QueuedJob, now: dt.datetime, cred_expire: int) -> bool:
 
 class Agent:
     def __init__(self, slurm: Slurm, log: Path | None = None, silence_s: float = beacon.SILENCE_S,
-                 probe_s: float = beacon.PROBE_S) -> None:
+                 probe_s: float = beacon.PROBE_S, flavor: Flavor | None = None) -> None:
         self.slurm = slurm
+        # How a gone node is marked (node_marks.py): on HyperPod also for HyperPod's replacement. None: this node's.
+        self.flavor = flavor if flavor is not None else flavor_of()
         self.log = log
         self.silence_s = silence_s
         self.probe_s = probe_s
@@ -227,13 +231,15 @@ class Agent:
                 continue
             evidence = beacon.evidence(silence, answer)
             try:
-                self.slurm.update_node(node, "DOWN", f"clusterkit agent: {evidence}"[:200])
+                for mark in marks_for(node, evidence, True, self.flavor, who="clusterkit agent"):
+                    self.slurm.update_node(mark.node, mark.state, mark.reason)
             except ClusterkitError as error:
                 self.record("mark_failed", job=job.job_id, node=node, evidence=evidence, error=str(error))
                 continue
             self.marked[(job.job_id, node)] = time.monotonic()
             self.record("marked_down", job=job.job_id, node=node,
-                        role="batch host" if node == job.batch_host else "node", evidence=evidence)
+                        role="batch host" if node == job.batch_host else "node", evidence=evidence,
+                        **({"replacement": "asked of HyperPod"} if self.flavor is Flavor.HYPERPOD else {}))
             if node == job.batch_host:
                 self._requeue(job)
 

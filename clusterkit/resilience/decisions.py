@@ -201,8 +201,9 @@ def decide(outcome: Outcome, budget: Budget, health: Health) -> Decision:
     application's retries, including the one that then finds the restart budget spent. Health is looked at only
     for a failed step (Outcome.failed). With a healthy spare for each bad node of the step (Outcome.spares), the
     step is relaunched on its healthy nodes and as many spares, in the same allocation, in place of a requeue;
-    like a requeue (and HyperPod's auto-resume, which counts a retry) it spends one restart. A bad node that did
-    not answer (Outcome.unreachable, Health.unreachable) is marked DOWN rather than drained: Slurm then lets go of
+    like a requeue (and HyperPod's auto-resume, which counts a retry) it spends one restart. On HyperPod the
+    supervised step runs without auto-resume, so that no restart happens that this table did not choose. A bad node
+    that did not answer (Outcome.unreachable, Health.unreachable) is marked DOWN rather than drained: Slurm then lets go of
     it at once (a job does not sit COMPLETING on a silent node until SlurmdTimeout) and ParallelCluster's
     clustermgtd replaces a DOWN static node at its next loop.
     """

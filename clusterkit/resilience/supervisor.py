@@ -7,7 +7,9 @@ When the step fails the supervisor tells apart
   evidence as reason and requeue the job, so that it restarts on healthy nodes; a node that is gone (its liveness
   beacon silent and a probe unanswered, see beacon.py; or its health check unable to reach it) is marked DOWN
   instead, within seconds and without waiting for Slurm's SlurmdTimeout (180 s on ParallelCluster), so that Slurm
-  lets go of it at once and ParallelCluster replaces it;
+  lets go of it at once and ParallelCluster replaces it; on SageMaker HyperPod the node is also marked for HyperPod's
+  own replacement (State=FAIL Reason=Action:Replace, node_marks.py). A supervised step is rendered without HyperPod's
+  `--auto-resume=1`: the supervisor alone restarts it, so a failure spends the restart budget once;
   where the job holds spare nodes (`--spares`, the job spec's `supervise.spares`, with --no-kill) and a healthy
   one is left for each bad node, relaunch the step instead on its healthy nodes and the spares, in the same
   allocation (no requeue, no scheduling); Slurm takes a node it sets DOWN out of the --no-kill allocation itself
@@ -63,8 +65,9 @@ from clusterkit.resilience import beacon, decisions
 from clusterkit.resilience.checkpoint_layout import step_dirs
 from clusterkit.resilience.decisions import Action, Bound, Decision, Health, Kind, NodeEvidence, Outcome
 from clusterkit.resilience.heartbeat import every_rank_done, read_heartbeats, read_try
+from clusterkit.resilience.node_marks import marked_by_clusterkit, marks_for
 from clusterkit.resilience.run_state import Budget, RunState
-from clusterkit.slurm import AccountingRecord, Slurm
+from clusterkit.slurm import REPLACE_REASON, AccountingRecord, Flavor, Slurm, flavor_of
 
 STOP_GRACE_S = 20.0  # SIGTERM to SIGKILL when nothing says how long there is
 REQUEUE_WAIT_S = 60.0  # after our requeue, for Slurm's SIGTERM to this script
@@ -82,8 +85,11 @@ class Supervisor:
                  hang_timeout: float, health_timeout: float, precheck: bool, slurm: Slurm | None = None,
                  max_time_limit_requeues: int | None = None, max_preemptions: int | None = None,
                  signal_lead: float | None = None, checkpoint_dir: Path | None = None,
-                 startup_timeout: float | None = None, spares: int = 0, beacons: bool = True) -> None:
+                 startup_timeout: float | None = None, spares: int = 0, beacons: bool = True,
+                 flavor: Flavor | None = None) -> None:
         self.step = step
+        # How a bad node is marked (node_marks.py): on HyperPod also for HyperPod's replacement. None: this node's.
+        self.flavor = flavor if flavor is not None else flavor_of()
         self.beacons = beacons  # start a liveness beacon on each node and watch the others' (beacon.py)
         self.own_node = os.environ.get("SLURMD_NODENAME", "")  # the batch host: the agent watches its beacon
         self.spares = spares  # nodes of the allocation held beside the step (the job runs with --no-kill)
@@ -230,8 +236,8 @@ class Supervisor:
         agent) marked down or drained and that still say so."""
         try:
             return {node.name: (node.base_state, node.reason, node.reason_time) for node in self.slurm.nodes()
-                    if node.name in wanted and node.reason.startswith("clusterkit")
-                    and node.base_state in ("down", "drain", "fail")}
+                    if node.name in wanted and marked_by_clusterkit(node.reason)
+                    and node.base_state in ("down", "drain", "fail", "failg")}
         except Exception as error:  # the evidence is a nicety: the controller not answering changes nothing
             print(f"clusterkit supervisor: could not read the nodes' reasons: {error}", file=sys.stderr)
             return {}
@@ -277,7 +283,8 @@ class Supervisor:
             print(f"clusterkit supervisor: sinfo failed: {error}", file=sys.stderr)
         for node in nodes:
             info = states.get(node)
-            if info is not None and (not info.responding or info.base_state in ("down", "fail")):
+            # FAIL (failg while it runs jobs): marked for replacement, by HyperPod's health agent or an operator.
+            if info is not None and (not info.responding or info.base_state in ("down", "fail", "failg")):
                 bad[node] = f"Slurm reports {node} {info.state}"
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
             checks = {node: pool.submit(self._health_check, node) for node in nodes if node not in bad}
@@ -347,13 +354,29 @@ class Supervisor:
             return True  # the controller not answering is no reason to stop judging
 
     def drain(self, bad: NodeEvidence, down: tuple[str, ...] = ()) -> None:
-        """Drain each bad node with its evidence as the reason; mark those in `down` DOWN."""
+        """Drain each bad node with its evidence as the reason; mark those in `down` DOWN; on HyperPod also ask for
+        its replacement (node_marks.marks_for), unless it is being replaced already (FAIL): HyperPod's replacement may
+        fail if the node's state changes meanwhile."""
+        replacing = self._being_replaced() if self.flavor is Flavor.HYPERPOD else set()
         for node, evidence in bad:
-            state = "DOWN" if node in down else "DRAIN"
-            try:
-                self.slurm.update_node(node, state, f"clusterkit: {evidence}"[:200])
-            except Exception as error:
-                print(f"clusterkit supervisor: could not mark {node} {state}: {error}", file=sys.stderr)
+            if node in replacing:
+                print(f"clusterkit supervisor: {node} is being replaced already; not marked again", file=sys.stderr)
+                continue
+            for mark in marks_for(node, evidence, node in down, self.flavor):
+                try:
+                    self.slurm.update_node(mark.node, mark.state, mark.reason)
+                except Exception as error:
+                    print(f"clusterkit supervisor: could not mark {node} {mark.state}: {error}", file=sys.stderr)
+                    break
+
+    def _being_replaced(self) -> set[str]:
+        """Nodes marked FAIL or for HyperPod's replacement (by its health agent, an operator, or this supervisor)."""
+        try:
+            return {node.name for node in self.slurm.nodes()
+                    if node.base_state in ("fail", "failg") or node.reason == REPLACE_REASON}
+        except Exception as error:  # the controller not answering: mark as usual
+            print(f"clusterkit supervisor: sinfo failed: {error}", file=sys.stderr)
+            return set()
 
     def time_left(self) -> float | None:
         try:

@@ -10,7 +10,8 @@
 # finds this node's group by its address, and then, only what clusterkit's jobs need: mounts the file system (and
 # keeps it in fstab); on the controller keeps Slurm accounting in a local MariaDB through slurmdbd and starts
 # slurmctld; elsewhere starts slurmd against the controller; puts enroot's data on the instance store (NVMe) and
-# enables pyxis where the image has them; installs clusterkit into a virtualenv on the file system (controller).
+# enables pyxis where the image has them; installs clusterkit into a virtualenv on the file system and runs its
+# cluster agent from it (controller).
 # Every value is checked before anything changes; a second run changes nothing.
 # CLUSTERKIT_NODE_ROOT prefixes every path the script reads or writes (tests point it at a scratch tree), and
 # CLUSTERKIT_SLURM_CONF_WAIT is how long (s) it waits for HyperPod's slurm.conf to name the controller (60).
@@ -246,7 +247,10 @@ if [ -f "$root$pyxis" ]; then
 fi
 
 if [ "$role" = controller ] && [ -n "$venv" ]; then
-    # Files fetched from S3 keep no execute bit: run it with bash.
+    # Files fetched from S3 keep no execute bit: run them with bash. The cluster agent runs from that virtualenv,
+    # after slurmctld, outside every job (clusterkit-agent.service): on HyperPod it also asks for a gone node's
+    # replacement.
     bash "$here/clusterkit-venv.sh" --venv "$venv" --package "$package"
+    bash "$here/clusterkit-agent.sh" --venv "$venv"
 fi
 say "done"

@@ -86,7 +86,8 @@ def test_the_lifecycle_set_is_uploaded_under_one_hash_of_all_of_it(tmp_path, mon
     assert prefix.startswith(f"s3://sagemaker-clusterkit-123456789012-us-east-1/{LIFECYCLE_KEY_PREFIX}/sha256-")
     assert {group["LifeCycleConfig"]["SourceS3Uri"] for group in plan.details.request["InstanceGroups"]} == {prefix}
     assert sorted(plan.details.uploads) == [prefix + name for name in
-                                            ("clusterkit-lifecycle.json", "clusterkit-venv.sh", "on_create.sh")]
+                                            ("clusterkit-agent.sh", "clusterkit-lifecycle.json", "clusterkit-venv.sh",
+                                             "on_create.sh")]
     ((path, text),) = plan.files.items()
     assert path == str(tmp_path / "clusters" / "hp" / PARAMETERS_FILE) == plan.details.uploads[prefix + PARAMETERS_FILE]
     assert json.loads(text)["nvme_groups"] == ["train-p4de-24xl"]
@@ -168,14 +169,17 @@ def test_a_dry_run_prints_the_request_whole_and_writes_nothing(tmp_path) -> None
                                                       subnet_id="subnet-0abc").details.request
     assert shown["create_cluster_request"]["VpcConfig"]["Subnets"] == ["subnet-0abc"]
     assert {f["rule"] for f in shown["findings"]} >= {"hyperpod.lustre", "hyperpod.vpc"}
-    assert len(shown["uploads"]) == 3 and list(tmp_path.iterdir()) == []
+    assert len(shown["uploads"]) == 4 and list(tmp_path.iterdir()) == []
 
 
-def test_creating_without_a_subnet_is_refused_in_one_line_before_aws_is_asked(tmp_path) -> None:
-    result = _cli("--name", "hp", "--preset", "p5", "--execution-role", ROLE, home=tmp_path)
-    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-    assert "creating clusterkit's prerequisites network for HyperPod is not built yet" in result.stderr
-    assert "give --subnet-id" in result.stderr
+def test_a_dry_run_without_a_subnet_says_the_network_is_clusterkits_own(tmp_path) -> None:
+    result = _cli("--name", "hp", "--preset", "p5", "--execution-role", ROLE, "--dry-run", "--output", "json",
+                  home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    (vpc,) = [f for f in shown["findings"] if f["rule"] == "hyperpod.vpc" and f["path"] == "subnet_id"]
+    assert vpc["level"] == "info" and "clusterkit's prerequisites network" in vpc["message"]
+    assert any(action.startswith("choose clusterkit's prerequisites network") for action in shown["actions"])
     assert list(tmp_path.iterdir()) == []
 
 

@@ -137,9 +137,13 @@ def test_the_controller_mounts_fsx_keeps_accounting_starts_slurmctld_and_install
     assert f"IDENTIFIED BY '{password}'" in (tmp_path / "mysql.stdin").read_text()
     assert f"AccountingStorageHost={CONTROLLER}" in (root / "opt/slurm/etc/accounting.conf").read_text()
     started = [call for call in calls if call[0] == "systemctl"]
-    assert started == [["systemctl", "enable", "--now", name] for name in ("mariadb", "slurmdbd", "slurmctld")]
+    assert started == [["systemctl", "enable", "--now", name] for name in ("mariadb", "slurmdbd", "slurmctld")] + [
+        ["systemctl", "daemon-reload"], ["systemctl", "enable", "--now", "clusterkit-agent.service"]]
     venv = json.loads((lifecycle / PARAMETERS_FILE).read_text())["clusterkit"]["venv"]
     assert venv.startswith("/fsx/clusterkit/venv-") and ["python3", "-m", "venv", f"{root}{venv}"] in calls
+    # The cluster agent runs from that virtualenv (on HyperPod it asks for a gone node's replacement).
+    unit = (root / "etc/systemd/system/clusterkit-agent.service").read_text()
+    assert f"ExecStart={venv}/bin/python -m clusterkit.resilience.agent" in unit and "After=slurmctld.service" in unit
     # The controller has no NVMe: enroot's data on the root volume.
     assert "ENROOT_DATA_PATH /var/enroot/data/user-$(id -u)" in (root / "etc/enroot/enroot.conf").read_text()
     assert (root / "var/enroot/data").stat().st_mode & 0o7777 == 0o1777
@@ -150,7 +154,9 @@ def test_the_controller_mounts_fsx_keeps_accounting_starts_slurmctld_and_install
     assert again.returncode == 0, again.stderr
     assert tree(root) == before  # the same password, fstab line, configs and virtualenv
     later = node.calls()[calls_before:]
-    assert not [call for call in later if call[0] in ("mount", "mysql", "chown", "python3")]
+    assert not [call for call in later if call[0] in ("mount", "mysql", "chown")]
+    # Python only for the agent script's check that the virtualenv's clusterkit has the agent: nothing installed.
+    assert [call for call in later if call[0] == "python3"] == [["python3", "-c", "import clusterkit.resilience.agent"]]
 
 
 def test_a_compute_node_mounts_fsx_starts_slurmd_against_the_controller_and_uses_nvme(tmp_path) -> None:

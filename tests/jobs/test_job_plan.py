@@ -85,6 +85,21 @@ def test_an_aws_cluster_plans_offline_but_says_where_jobs_are_submitted(home: Pa
         plan_job(make_spec(), "train", workdir=home)
 
 
+def test_a_job_planned_for_a_hyperpod_cluster_renders_auto_resume_unless_supervised(home: Path) -> None:
+    from clusterkit.providers.hyperpod.plan import HyperPodClusterState
+
+    registry.save(registry.ClusterRecord("hp", "hyperpod", "2026-12-04T00:00:00+00:00", HyperPodClusterState(
+        region="us-east-1", request_file=str(home / "r.json"), queues={"train": ["p5.48xlarge"]})))
+    plan = plan_job(make_spec(partition="train", nodes=2), "hp", workdir=home, need_cluster=False)
+    assert plan.ok and plan.spec.instance == "p5.48xlarge" and "srun --auto-resume=1 \"$@\"" in plan.script
+    supervised = plan_job(make_spec(partition="train", nodes=2, supervise=True, checkpoint_dir="/fsx/ck"), "hp",
+                          workdir=home, need_cluster=False)
+    assert supervised.ok and "--auto-resume" not in supervised.script
+    register_aws_cluster("train", "p5")  # ParallelCluster's Slurm: no auto-resume there
+    assert "--auto-resume" not in plan_job(make_spec(partition="train"), "train", workdir=home,
+                                           need_cluster=False).script
+
+
 def test_a_dry_run_needs_no_cluster_and_a_submission_does(home: Path) -> None:
     plan = plan_job(make_spec(), "nowhere", workdir=home, need_cluster=False)
     assert plan.cluster is None and plan.script is not None and plan.script.startswith("#!/bin/bash\n")

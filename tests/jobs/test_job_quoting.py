@@ -10,6 +10,7 @@ import pytest
 from clusterkit.errors import ClusterkitError
 from clusterkit.jobs.render import render_sbatch, rendezvous_port
 from clusterkit.jobs.spec import LAUNCHERS, RUNTIMES
+from clusterkit.slurm import Flavor
 
 from tests.fakes import FakeSlurm
 from tests.jobs.helpers import make_spec
@@ -198,21 +199,18 @@ def test_rendezvous_host_without_scontrol(fake_slurm: FakeSlurm, nodelist: str, 
     assert f"--rdzv_endpoint={first}:{rendezvous_port(42, attempt=1)}" in torchrun.argv
 
 
-def test_hyperpod_auto_resume_is_decided_on_the_node(fake_slurm: FakeSlurm) -> None:
-    script = render_sbatch(make_spec(nodes=2))
-    assert fake_slurm.run(script).returncode == 0
+def test_a_job_for_a_hyperpod_cluster_runs_its_step_with_auto_resume(fake_slurm: FakeSlurm) -> None:
+    assert fake_slurm.run(render_sbatch(make_spec(nodes=2))).returncode == 0
     (srun,) = fake_slurm.calls("srun")
     assert "--auto-resume=1" not in srun.argv
 
-    # Same script, on a "HyperPod node": the check points at a directory that exists here.
-    hyperpod_marker = fake_slurm.root / "sagemaker_cluster"
-    hyperpod_marker.mkdir()
     for old in fake_slurm.log.iterdir():
         old.unlink()
-    assert script.count("/opt/sagemaker_cluster") == 1
-    assert fake_slurm.run(script.replace("/opt/sagemaker_cluster", str(hyperpod_marker))).returncode == 0
+    script = render_sbatch(make_spec(nodes=2), Flavor.HYPERPOD)
+    assert fake_slurm.run(script).returncode == 0
     (srun,) = fake_slurm.calls("srun")
-    assert srun.argv[0] == "--auto-resume=1"
+    assert srun.argv[0] == "--auto-resume=1" and "--auto-resume=1" not in srun.argv[1:]
+    assert "/opt/sagemaker_cluster" not in script  # decided when planned, for the cluster the job goes to
 
 
 def test_a_failing_step_fails_the_job(fake_slurm: FakeSlurm) -> None:

@@ -12,6 +12,7 @@ import pytest
 from clusterkit.errors import ClusterkitError
 from clusterkit.jobs.render import render_sbatch
 from clusterkit.jobs.spec import Command, job_from_dict, load_job
+from clusterkit.slurm import Flavor
 
 from tests.golden import assert_matches_golden
 from tests.jobs.helpers import REPO_ROOT, make_spec
@@ -24,6 +25,28 @@ SPEC_FILES = sorted((REPO_ROOT / "examples" / "jobs").glob("*.yaml")) + sorted((
 @pytest.mark.parametrize("spec_file", SPEC_FILES, ids=lambda path: path.stem)
 def test_golden(spec_file: Path) -> None:
     assert_matches_golden(render_sbatch(load_job(spec_file)), GOLDEN_DIR / f"{spec_file.stem}.sbatch")
+
+
+# Rendered for a SageMaker HyperPod cluster: unsupervised (HyperPod's auto-resume restarts the step) and supervised
+# (the supervisor does, and asks HyperPod for the node's replacement).
+HYPERPOD_SPECS = [REPO_ROOT / "examples" / "jobs" / name for name in ("p5-train.yaml", "local-resilient.yaml")]
+
+
+@pytest.mark.parametrize("spec_file", HYPERPOD_SPECS, ids=lambda path: path.stem)
+def test_golden_for_hyperpod(spec_file: Path) -> None:
+    assert_matches_golden(render_sbatch(load_job(spec_file), Flavor.HYPERPOD),
+                          GOLDEN_DIR / "hyperpod" / f"{spec_file.stem}.sbatch")
+
+
+def test_only_an_unsupervised_step_on_hyperpod_gets_auto_resume() -> None:
+    plain, supervised = make_spec(nodes=2), make_spec(nodes=2, supervise=True, checkpoint_dir="/fsx/ck")
+    assert "--auto-resume" not in render_sbatch(plain) + render_sbatch(supervised)
+    assert "srun --auto-resume=1 \"$@\"" in render_sbatch(plain, Flavor.HYPERPOD)
+    hyperpod_supervised = render_sbatch(supervised, Flavor.HYPERPOD)
+    assert "--auto-resume" not in hyperpod_supervised
+    # Beside one comment, the supervised script is the one stock Slurm gets.
+    changed = set(hyperpod_supervised.splitlines()) ^ set(render_sbatch(supervised).splitlines())
+    assert changed and all(line.startswith("#") for line in changed)
 
 
 def test_every_golden_file_has_a_spec() -> None:

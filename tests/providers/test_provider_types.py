@@ -32,7 +32,7 @@ def _hints(target: Any) -> dict[str, Any]:
         namespace.setdefault(name, getattr(importlib.import_module("clusterkit.providers.plan"), name))
     for name in ("ClusterRecord", "SavedState", "JsonObject", "JsonValue"):
         namespace.setdefault(name, getattr(importlib.import_module("clusterkit.registry"), name))
-    for name in ("Slurm", "NodeInfo"):
+    for name in ("Slurm", "NodeInfo", "Flavor"):
         namespace.setdefault(name, getattr(importlib.import_module("clusterkit.slurm"), name))
     namespace.setdefault("SshTarget", importlib.import_module("clusterkit.transport").SshTarget)
     return typing.get_type_hints(target, globalns=namespace)

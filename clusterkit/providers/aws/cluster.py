@@ -40,9 +40,12 @@ from clusterkit.providers.base import (
     ComputeResourceSize,
     DeletionPlan,
     InstanceInfo,
+    NodeAction,
+    NodeActionPlan,
     Progress,
     Replacement,
     ResizeResult,
+    cannot_act_on_nodes,
     quiet,
 )
 from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, refuse_foreign_options
@@ -50,7 +53,7 @@ from clusterkit.registry import JsonObject
 
 if TYPE_CHECKING:  # loaded only when the account is asked (prepare) or the head node reached, never by a dry run
     from clusterkit.providers.aws.resolve import Resolution
-    from clusterkit.slurm import Slurm
+    from clusterkit.slurm import Flavor, Slurm
     from clusterkit.transport import SshTarget
 
 PROVIDER = "aws"
@@ -363,6 +366,11 @@ class AwsCluster:
 
         return yaml.safe_load(self.config_file.read_text())
 
+    def flavor(self) -> Flavor:
+        from clusterkit.slurm import Flavor
+
+        return Flavor.STOCK  # ParallelCluster's Slurm is stock Slurm
+
     def runs_dir(self) -> str:
         """Runs go on shared storage: /fsx (the first file system) when the cluster has one, else the home
         directory (ParallelCluster shares /home)."""
@@ -472,6 +480,14 @@ class AwsCluster:
         resized = next(q for q in new["Scheduling"]["SlurmQueues"] if q["Name"] == queue)
         return ResizeResult(self.name, queue, tuple(ComputeResourceSize(r["Name"], r["MinCount"], r["MaxCount"])
                                                     for r in resized["ComputeResources"]))
+
+    def plan_node_action(self, action: NodeAction, names: list[str]) -> NodeActionPlan:
+        raise cannot_act_on_nodes(self.name, "ParallelCluster", action,
+                                  "on its head node, mark the node DOWN (scontrol update NodeName=NODE State=DOWN "
+                                  "Reason=...): clustermgtd replaces a DOWN static node within a minute")
+
+    def act_on_nodes(self, plan: NodeActionPlan, progress: Progress = quiet) -> tuple[str, ...]:
+        raise cannot_act_on_nodes(self.name, "ParallelCluster", plan.action, "see `clusterkit replace-node --help`")
 
     def deletion(self) -> DeletionPlan:
         """The stack and its instances go; storage ParallelCluster created goes only when its DeletionPolicy

@@ -379,6 +379,31 @@ def _plan_network(resolution: Resolution, lookup: _Lookup, zones: set[str]) -> N
     resolution.chosen.update(availability_zone=zone, prerequisites_stack=f"{resolution.stack} (new)")
 
 
+@lean_dataclass(frozen=True)
+class NetworkChoice:
+    """clusterkit's prerequisites network for a cluster: a stack made earlier (`outputs` read from it), or one to make
+    (`outputs` None) in `zone`."""
+
+    stack: str
+    zone: str
+    outputs: dict[str, str] | None = None
+
+
+def network_for(aws: Aws, instance_types: list[str], cluster: str) -> NetworkChoice | None:
+    """A network only (no database) for nodes of these EC2 types, the way a ParallelCluster create chooses one: a
+    prerequisites stack made earlier whose zone offers them all, else a new stack in the first zone that does. None
+    when no zone of the region offers them all."""
+    lookup = _Lookup(aws)
+    zones = set(lookup.zones())
+    for instance_type in instance_types:
+        zones &= lookup.azs_offering(instance_type)
+    for stack in lookup.prerequisite_stacks():
+        outputs = stack["outputs"]
+        if outputs.get("AvailabilityZone") in zones and "PrivateSubnetId" in outputs:
+            return NetworkChoice(stack["name"], outputs["AvailabilityZone"], dict(outputs))
+    return NetworkChoice(stack_name(cluster), sorted(zones)[0]) if zones else None
+
+
 def _plan_database(resolution: Resolution, lookup: _Lookup) -> None:
     """`accounting: create` in an existing network: a stack of the database alone, in the head node's VPC."""
     spec = resolution.spec

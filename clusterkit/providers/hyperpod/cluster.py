@@ -9,8 +9,10 @@
     cluster.describe(); cluster.resize("train", 8); cluster.replace_nodes(["i-..."]); cluster.delete()
     cluster.reboot_nodes(["i-..."])
 
-What is not built yet is refused in one line: clusterkit's prerequisites network for HyperPod (give --subnet-id),
-and reaching the controller's Slurm from here (run clusterkit on the controller).
+Without --subnet-id the nodes go into clusterkit's prerequisites network (the ParallelCluster provider's stack,
+network only): one made earlier in the region whose zone offers every instance type, else a new one, which
+`delete-cluster` deletes with the cluster whose create made it once nothing else uses it. Not built yet, refused in
+one line: reaching the controller's Slurm from here (run clusterkit on the controller).
 """
 
 from __future__ import annotations
@@ -28,16 +30,21 @@ from clusterkit import registry
 from clusterkit.cluster.loader import load_spec_data
 from clusterkit.cluster.node_scripts import lifecycle_scripts, set_digest
 from clusterkit.cluster.plan import spec_data
+from clusterkit.cluster.prerequisites import Prerequisites
 from clusterkit.cluster.render import PLACEHOLDER_SUBNET
 from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
 from clusterkit.files import write_atomically
-from clusterkit.findings import Finding, error
+from clusterkit.findings import Finding, error, shorten
 from clusterkit.providers.aws.access import Aws
+from clusterkit.providers.aws.plan import KeptStack
 from clusterkit.providers.base import (
     ClusterInfo,
     ComputeResourceSize,
     DeletionPlan,
     InstanceInfo,
+    NodeAction,
+    NodeActionPlan,
+    NodeRequest,
     Progress,
     ResizeResult,
     quiet,
@@ -59,14 +66,18 @@ from clusterkit.registry import JsonObject
 
 if TYPE_CHECKING:
     from clusterkit.cluster.spec import ClusterSpec
-    from clusterkit.slurm import Slurm
+    from clusterkit.providers.aws.resolve import NetworkChoice
+    from clusterkit.slurm import Flavor, Slurm
 
 PROVIDER = "hyperpod"
 REQUEST_FILE = "create_cluster_request.json"
 POLL_SECONDS = 30.0  # between looks at the cluster; tests lower it
 NODES_PER_CALL = 25  # BatchReplaceClusterNodes and BatchRebootClusterNodes take at most 25 nodes a call
 SECURITY_GROUP_NAME = "clusterkit-hyperpod-{name}"
+NETWORK = Prerequisites(network=True, database=False)  # accounting lives on the controller (on_create.sh)
 _NODE_ID_RE = re.compile(r"i-[a-f0-9]{8}(?:[a-f0-9]{9})?")  # botocore's ClusterNodeId
+_SLURM_NAME_RE = re.compile(r"ip(?:-(?:25[0-5]|2[0-4][0-9]|1?[0-9]{1,2})){4}")  # HyperPod's: ip- and the address
+_NODE_OPERATIONS = {NodeAction.REPLACE: "batch_replace_cluster_nodes", NodeAction.REBOOT: "batch_reboot_cluster_nodes"}
 # HyperPod's ClusterStatus -> the provider-neutral status the CLI shows for every provider.
 _STATUS = {"InService": "running", "Creating": "creating", "Updating": "updating", "SystemUpdating": "updating",
            "RollingBack": "updating", "Deleting": "deleting", "Failed": "failed"}
@@ -117,20 +128,22 @@ class HyperPodProvider:
             raise AlreadyExists(f"a cluster named {plan.name!r} already exists", fix=f"choose another --name, or "
                                 f"delete it first with `clusterkit delete-cluster {plan.name}`")
         subnets = plan.details.request["VpcConfig"]["Subnets"]  # type: ignore[index,call-overload]
-        if PLACEHOLDER_SUBNET in subnets:
-            raise ClusterkitError("creating clusterkit's prerequisites network for HyperPod is not built yet",
-                                  fix="give --subnet-id: a private subnet with a NAT route (EFA nodes get no "
-                                      "public IP)")
         aws = self._aws_for(spec.region)
         progress(f"checking AWS credentials for {aws.region}")
         caller = check_caller(aws)
         findings: list[Finding] = []
-        progress(f"looking up subnets {', '.join(subnets)}")
-        found = _call(aws, "ec2", "describe_subnets", SubnetIds=list(subnets))["Subnets"]
-        vpcs = sorted({subnet["VpcId"] for subnet in found})
-        if len(vpcs) != 1:
-            findings.append(error("subnet_id", f"the subnets are in {len(vpcs)} VPCs", "give subnets of one VPC"))
-        vpc_id = vpcs[0] if vpcs else ""
+        network = None
+        if PLACEHOLDER_SUBNET in subnets:
+            network, spec = self._network(aws, plan, spec, findings, progress)
+            subnets = [spec.subnet_id] if spec.subnet_id else []
+        vpc_id = network.outputs.get("VpcId", "") if network and network.outputs else ""
+        if subnets:
+            progress(f"looking up subnets {', '.join(subnets)}")
+            found = _call(aws, "ec2", "describe_subnets", SubnetIds=list(subnets))["Subnets"]
+            vpcs = sorted({subnet["VpcId"] for subnet in found})
+            if len(vpcs) != 1:
+                findings.append(error("subnet_id", f"the subnets are in {len(vpcs)} VPCs", "give subnets of one VPC"))
+            vpc_id = vpcs[0] if vpcs else ""
         dns_name = mount_name = ""
         lustre = next((fsx for fsx in spec.storage.lustre if not fsx.is_new), None)
         if lustre is not None:
@@ -142,14 +155,41 @@ class HyperPodProvider:
             if not dns_name or not mount_name:
                 findings.append(error("storage.lustre[0].file_system_id", "FSx reports no DNS or mount name for it",
                                       "wait until the file system is AVAILABLE", lustre.file_system_id))
+            if network is not None and system.get("VpcId") != vpc_id:
+                findings.append(error("storage.lustre[0].file_system_id", f"the file system is in "
+                                      f"{system.get('VpcId') or 'another VPC'}, not in clusterkit's prerequisites "
+                                      "network, whose nodes could not mount it",
+                                      "give --subnet-id: a private subnet of the file system's VPC",
+                                      lustre.file_system_id))
         bucket = lifecycle_bucket(spec, plan.details.execution_role)
         create_bucket = _bucket_missing(aws, bucket, caller["account"])
         details, more = _details(spec, plan.details.execution_role, dns_name, mount_name)
         details = dataclasses.replace(details, prepared=PreparedFacts(
             account=caller["account"], caller=caller["arn"], vpc_id=vpc_id, create_bucket=create_bucket,
-            lustre_dns_name=dns_name or None))
+            lustre_dns_name=dns_name or None, network_stack=network.stack if network else None,
+            network_zone=network.zone if network else None,
+            create_network=network is not None and network.outputs is None))
         prepared = plan.replace(details=details, findings=tuple(more + findings))
         return prepared.replace(files=_files(prepared), actions=_actions(prepared))
+
+    def _network(self, aws: Aws, plan: ClusterPlan[HyperPodPlanDetails], spec: ClusterSpec, findings: list[Finding],
+                 progress: Progress) -> tuple[NetworkChoice | None, ClusterSpec]:
+        """clusterkit's prerequisites network for a spec that names no subnet, chosen as a ParallelCluster create
+        chooses it (a stack made earlier whose zone offers every instance type, else a new one); with a stack made
+        earlier, the spec gets its private subnet."""
+        from clusterkit.providers.aws.resolve import network_for
+
+        groups = plan.details.request["InstanceGroups"]  # type: ignore[index,call-overload]
+        types = sorted({str(group["InstanceType"]).removeprefix("ml.") for group in groups})  # type: ignore[index]
+        progress(f"choosing clusterkit's prerequisites network in {aws.region} for {', '.join(types)}")
+        choice = network_for(aws, types, plan.name)
+        if choice is None:
+            findings.append(error("subnet_id", f"no Availability Zone of {aws.region} offers every instance type of "
+                                  f"the cluster ({', '.join(types)})", "give --subnet-id, or use another region"))
+            return None, spec
+        if choice.outputs is None:
+            return choice, spec
+        return choice, dataclasses.replace(spec, subnet_id=choice.outputs["PrivateSubnetId"])
 
     def apply(self, plan: ClusterPlan[HyperPodPlanDetails], progress: Progress = quiet,
               poll_seconds: float | None = None) -> HyperPodCluster:
@@ -178,9 +218,17 @@ class HyperPodProvider:
         registry.save(record)  # from here on, `delete-cluster` can remove what the create made
         bucket = str(details.lifecycle_uri).split("/")[2]
         put_objects(aws, bucket, prepared.account, objects, prepared.create_bucket, progress)
+        vpc_id = prepared.vpc_id
+        subnets = list(details.request["VpcConfig"]["Subnets"])  # type: ignore[index,call-overload]
+        if prepared.network_stack:
+            outputs = self._make_network(aws, plan.name, prepared, progress, poll_seconds)
+            state.prerequisites = KeptStack(prepared.network_stack, created=prepared.create_network, network=True,
+                                            cost_per_hour=NETWORK.cost_per_hour())
+            registry.save(record)
+            vpc_id, subnets = outputs["VpcId"], [outputs["PrivateSubnetId"]]
         group_name = SECURITY_GROUP_NAME.format(name=plan.name)
-        progress(f"creating security group {group_name} in {prepared.vpc_id}")
-        group = _call(aws, "ec2", "create_security_group", GroupName=group_name, VpcId=prepared.vpc_id,
+        progress(f"creating security group {group_name} in {vpc_id}")
+        group = _call(aws, "ec2", "create_security_group", GroupName=group_name, VpcId=vpc_id,
                       Description=f"clusterkit HyperPod cluster {plan.name}: all traffic among its nodes (EFA)",
                       TagSpecifications=[{"ResourceType": "security-group",
                                           "Tags": [{"Key": "clusterkit:cluster", "Value": plan.name}]}])["GroupId"]
@@ -188,8 +236,7 @@ class HyperPodProvider:
         registry.save(record)
         _call(aws, "ec2", "authorize_security_group_ingress", GroupId=group,
               IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]}])
-        request = {**details.request, "VpcConfig": {**details.request["VpcConfig"],  # type: ignore[dict-item]
-                                                    "SecurityGroupIds": [group]}}
+        request = {**details.request, "VpcConfig": {"SecurityGroupIds": [group], "Subnets": subnets}}
         write_atomically(Path(state.request_file), json.dumps(request, indent=2) + "\n")
         progress(f"creating HyperPod cluster {plan.name!r} in {aws.region}")
         state.cluster_arn = _call(aws, "sagemaker", "create_cluster", **request)["ClusterArn"]
@@ -197,6 +244,20 @@ class HyperPodProvider:
         cluster = HyperPodCluster(record, aws=aws)
         cluster.follow("InService", progress, poll_seconds)
         return cluster
+
+    @staticmethod
+    def _make_network(aws: Aws, name: str, prepared: PreparedFacts, progress: Progress,
+                      poll_seconds: float | None) -> dict[str, str]:
+        """The prerequisites stack's outputs: made now (network only, in the chosen zone), or read from the one made
+        earlier."""
+        from clusterkit.cluster.prerequisites import template_text
+        from clusterkit.providers.aws import prerequisites as stacks
+
+        stack = str(prepared.network_stack)
+        if not prepared.create_network:
+            return stacks.outputs(aws, stack)
+        return stacks.create(aws, stack, template_text(NETWORK, name), {"AvailabilityZone": str(prepared.network_zone)},
+                             name, progress, POLL_SECONDS if poll_seconds is None else poll_seconds)
 
     def read_state(self, record: registry.ClusterRecord[JsonObject]) -> registry.ClusterRecord[HyperPodClusterState]:
         return registry.ClusterRecord(record.name, record.provider, record.created,
@@ -232,17 +293,27 @@ def _files(plan: ClusterPlan[HyperPodPlanDetails]) -> dict[str, str]:
 def _actions(plan: ClusterPlan[HyperPodPlanDetails]) -> tuple[str, ...]:
     details, prepared = plan.details, plan.details.prepared
     uploads = tuple(f"upload {url.rsplit('/', 1)[-1]} to {url}" for url in details.uploads)
+    placeholder = PLACEHOLDER_SUBNET in (details.request or {}).get("VpcConfig", {}).get(  # type: ignore[union-attr]
+        "Subnets", [])
     if prepared is None:
         asked = (f"check the AWS caller (sts get-caller-identity) in {details.region}",
+                 *(("choose clusterkit's prerequisites network: a prerequisites stack made earlier in the region whose "
+                    "zone offers every instance type, else a new one (VPC, NAT gateway, private subnet) in the first "
+                    "such zone",) if placeholder else ()),
                  "look up the subnets' VPC (ec2 describe-subnets) and the FSx for Lustre file system's DNS and mount "
                  "names (fsx describe-file-systems), and whether the lifecycle bucket exists")
         group = "create the nodes' security group in the subnets' VPC (all traffic within itself)"
+        network: tuple[str, ...] = ()
     else:
         bucket = str(details.lifecycle_uri).split("/")[2]
         asked = (f"create S3 bucket {bucket} (private)",) if prepared.create_bucket else ()
-        group = (f"create security group {SECURITY_GROUP_NAME.format(name=plan.name)} in {prepared.vpc_id} "
-                 "(all traffic within itself) and put its id in VpcConfig.SecurityGroupIds")
-    return (*asked, *uploads, group,
+        network = ((f"create clusterkit's prerequisites stack {prepared.network_stack} (a VPC, a NAT gateway, a "
+                    f"private subnet in {prepared.network_zone}), follow it, and put its private subnet in "
+                    "VpcConfig.Subnets",) if prepared.create_network else ())
+        group = (f"create security group {SECURITY_GROUP_NAME.format(name=plan.name)} in "
+                 f"{prepared.vpc_id or 'its VPC'} (all traffic within itself) and put its id in "
+                 "VpcConfig.SecurityGroupIds")
+    return (*asked, *uploads, *network, group,
             f"call sagemaker create_cluster with create_cluster_request and follow cluster {plan.name} to InService")
 
 
@@ -372,6 +443,11 @@ class HyperPodCluster:
         raise ClusterkitError(f"jobs on HyperPod cluster {self.name!r} cannot be submitted from here yet",
                               fix="run clusterkit on its controller node (--cluster host)")
 
+    def flavor(self) -> Flavor:
+        from clusterkit.slurm import Flavor
+
+        return Flavor.HYPERPOD
+
     def runs_dir(self) -> str | None:
         return None
 
@@ -416,23 +492,81 @@ class HyperPodCluster:
     def replace_nodes(self, node_ids: list[str], progress: Progress = quiet) -> tuple[str, ...]:
         """Ask HyperPod to replace these nodes (new instances; their volumes are lost), at most 25 a call; returns
         the ids being replaced, and fails in one line naming those refused."""
-        return self._batch("replace", "batch_replace_cluster_nodes", node_ids, progress)
+        return self.act_on_nodes(self._node_plan(NodeAction.REPLACE, [(node, node) for node in node_ids]), progress)
 
     def reboot_nodes(self, node_ids: list[str], progress: Progress = quiet) -> tuple[str, ...]:
         """Ask HyperPod to reboot these nodes (the same instances and volumes), at most 25 a call."""
-        return self._batch("reboot", "batch_reboot_cluster_nodes", node_ids, progress)
+        return self.act_on_nodes(self._node_plan(NodeAction.REBOOT, [(node, node) for node in node_ids]), progress)
 
-    def _batch(self, verb: str, operation: str, node_ids: list[str], progress: Progress) -> tuple[str, ...]:
-        malformed = [node for node in node_ids if not _NODE_ID_RE.fullmatch(node)]
-        if malformed or not node_ids:
-            raise ClusterkitError(f"not a HyperPod node id: {malformed[0]!r}" if malformed else f"no node to {verb}",
+    def plan_node_action(self, action: NodeAction, names: list[str]) -> NodeActionPlan:
+        """The BatchReplaceClusterNodes or BatchRebootClusterNodes requests for nodes named by Slurm name (ip-10-1-2-3,
+        HyperPod's) or instance id; Slurm names are looked up in ListClusterNodes (and DescribeClusterNode where a
+        listing has no host name). Every name is checked before SageMaker is asked anything."""
+        wanted = list(dict.fromkeys(names))
+        for name in wanted:
+            if not (_NODE_ID_RE.fullmatch(name) or _SLURM_NAME_RE.fullmatch(name)):
+                raise ClusterkitError(f"{shorten(name)!r} is not a node name of HyperPod cluster {self.name!r}",
+                                      fix="give its Slurm name (ip-10-1-2-3, as sinfo shows it) or its instance id "
+                                          "(i-..., as `clusterkit describe-cluster` lists it)")
+        if not wanted:
+            raise ClusterkitError(f"no node to {action.value}", fix="name one or more nodes")
+        by_slurm_name = self._slurm_names() if any(_SLURM_NAME_RE.fullmatch(name) for name in wanted) else {}
+        missing = [name for name in wanted if _SLURM_NAME_RE.fullmatch(name) and name not in by_slurm_name]
+        if missing:
+            raise NotFound(f"HyperPod cluster {self.name!r} has no node named {', '.join(missing)}",
+                           fix=f"see its nodes with `clusterkit describe-cluster {self.name}` (or sinfo there)")
+        return self._node_plan(action, [(name, by_slurm_name.get(name, name)) for name in wanted])
+
+    def _node_plan(self, action: NodeAction, nodes: list[tuple[str, str]]) -> NodeActionPlan:
+        malformed = [node_id for _, node_id in nodes if not _NODE_ID_RE.fullmatch(node_id)]
+        if malformed or not nodes:
+            raise ClusterkitError(f"not a HyperPod node id: {shorten(malformed[0])!r}" if malformed
+                                  else f"no node to {action.value}",
                                   fix="give EC2 instance ids (i-...) as `clusterkit describe-cluster` lists them")
+        operation = _NODE_OPERATIONS[action]
+        ids = list(dict.fromkeys(node_id for _, node_id in nodes))
+        requests = tuple(NodeRequest(operation, self.name, tuple(ids[start:start + NODES_PER_CALL]))
+                         for start in range(0, len(ids), NODES_PER_CALL))
+        return NodeActionPlan(self.name, action, tuple(nodes), requests)
+
+    def _slurm_names(self) -> dict[str, str]:
+        """Slurm name (HyperPod names a node ip-A-B-C-D after its address) -> instance id, of every node."""
+        found: dict[str, str] = {}
+        unnamed: list[str] = []
+        token = None
+        while True:
+            page = _call(self.aws, "sagemaker", "list_cluster_nodes", ClusterName=self.name,
+                         **({"NextToken": token} if token else {}))
+            for node in page.get("ClusterNodeSummaries", []):
+                host = str(node.get("PrivateDnsHostname") or "").split(".")[0]
+                if host:
+                    found[host] = node["InstanceId"]
+                else:
+                    unnamed.append(node["InstanceId"])
+            token = page.get("NextToken")
+            if not token:
+                break
+        for node_id in unnamed:
+            if not _NODE_ID_RE.fullmatch(node_id):
+                continue
+            details = _call(self.aws, "sagemaker", "describe_cluster_node", ClusterName=self.name,
+                            NodeId=node_id)["NodeDetails"]
+            host = str(details.get("PrivateDnsHostname") or "").split(".")[0]
+            address = str(details.get("PrivatePrimaryIp") or "")
+            for name in (host, "ip-" + address.replace(".", "-") if address else ""):
+                if name:
+                    found[name] = node_id
+        return found
+
+    def act_on_nodes(self, plan: NodeActionPlan, progress: Progress = quiet) -> tuple[str, ...]:
+        verb = plan.action.value
         done: list[str] = []
         refused: list[str] = []
-        for start in range(0, len(node_ids), NODES_PER_CALL):
-            batch = node_ids[start:start + NODES_PER_CALL]
-            progress(f"{verb.rstrip('e')}ing {len(batch)} node(s) of {self.name!r}: {', '.join(batch)}")
-            answer = _call(self.aws, "sagemaker", operation, ClusterName=self.name, NodeIds=batch)
+        for request in plan.requests:
+            progress(f"{verb.rstrip('e')}ing {len(request.node_ids)} node(s) of {self.name!r}: "
+                     f"{', '.join(request.node_ids)}")
+            answer = _call(self.aws, "sagemaker", request.operation, ClusterName=request.cluster_name,
+                           NodeIds=list(request.node_ids))
             done += list(answer.get("Successful", []))
             refused += [f"{failed.get('NodeId')} ({failed.get('ErrorCode')}: {failed.get('Message')})"
                         for failed in answer.get("Failed", [])]
@@ -446,12 +580,49 @@ class HyperPodCluster:
         deletes = [f"HyperPod cluster {self.name} in {self.state.region}: every node, its root and EBS volumes"]
         if self.state.security_group_id:
             deletes.append(f"security group {self.state.security_group_id} (made for its nodes)")
-        keeps = ["the subnets and their VPC (the network is not the cluster's)"]
+        network = self.state.prerequisites
+        if network is None:
+            keeps = ["the subnets and their VPC (the network is not the cluster's)"]
+        elif not network.created:
+            keeps = [f"prerequisites stack {network.stack} (its network; made earlier, not by this cluster's create)"]
+        else:
+            others = self._others_using(network.stack)
+            if others:
+                keeps = [f"prerequisites stack {network.stack} (cluster {', '.join(others)} uses it too)"]
+            else:
+                keeps = []
+                deletes.append(f"prerequisites stack {network.stack}: its VPC, NAT gateway and subnets, made by this "
+                               "cluster's create (kept if anything else is in its network by then)")
         if self.state.lustre_file_system_id:
             keeps.insert(0, f"FSx for Lustre {self.state.lustre_file_system_id} and every file on it")
         if self.state.lifecycle_uri:
             keeps.append(f"the lifecycle scripts at {self.state.lifecycle_uri}")
         return DeletionPlan(self.name, tuple(deletes), tuple(keeps), confirm=True)
+
+    def _others_using(self, stack: str) -> list[str]:
+        """Other clusters whose records name the prerequisites stack (HyperPod or ParallelCluster ones)."""
+        from clusterkit.providers.aws.plan import AwsClusterState
+
+        states = {"aws": AwsClusterState.from_json, PROVIDER: HyperPodClusterState.from_json}
+        return sorted(record.name for record in registry.all_records() if record.name != self.name
+                      and record.provider in states
+                      and getattr(states[record.provider](record.details).prerequisites, "stack", None) == stack)
+
+    def _network_kept_because(self, stack: str) -> str:
+        """Why the prerequisites stack this create made stays once the cluster is gone ('' when it goes)."""
+        from clusterkit.cluster.prerequisites import CREATED_FOR_TAG
+        from clusterkit.providers.aws import prerequisites as stacks
+
+        others = self._others_using(stack)
+        if others:
+            return f"cluster {', '.join(others)} uses it too"
+        found = stacks.describe(self.aws, stack)
+        if found is None:
+            return "already gone"
+        if found["tags"].get(CREATED_FOR_TAG) != self.name:
+            return "made for another cluster"
+        users = stacks.users(self.aws, found["outputs"])
+        return f"still used by {', '.join(users[:3])}" if users else ""
 
     def delete(self, progress: Progress = quiet, poll_seconds: float | None = None) -> None:
         from clusterkit.providers.aws.access import call
@@ -472,5 +643,15 @@ class HyperPodCluster:
                                           f"{failure.response.get('Error', {}).get('Message', failure)}",
                                           fix=f"retry `clusterkit delete-cluster {self.name}` once the cluster's "
                                               "network interfaces are gone") from None
+        network = self.state.prerequisites
+        if network is not None and network.created:
+            kept_because = self._network_kept_because(network.stack)
+            if kept_because:
+                progress(f"keeping prerequisites stack {network.stack} ({kept_because}; delete it in CloudFormation "
+                         "once nothing uses it)")
+            else:
+                from clusterkit.providers.aws import prerequisites as stacks
+
+                stacks.delete(self.aws, network.stack, progress, POLL_SECONDS if poll_seconds is None else poll_seconds)
         registry.remove(self.name)
         shutil.rmtree(registry.cluster_dir(self.name), ignore_errors=True)

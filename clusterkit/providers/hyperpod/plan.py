@@ -10,6 +10,7 @@ from dataclasses import field
 
 from clusterkit.cluster.spec import ClusterSpec
 from clusterkit.lean_dataclass import lean_dataclass
+from clusterkit.providers.aws.plan import KeptStack
 from clusterkit.registry import JsonObject
 
 
@@ -47,7 +48,8 @@ class HyperPodPlanDetails:
     def notes(self) -> tuple[str, ...]:
         if self.prepared is None:
             return ()
-        return (f"account {self.prepared.account}; nodes in {self.prepared.vpc_id}",
+        where = self.prepared.vpc_id or f"the new network of prerequisites stack {self.prepared.network_stack}"
+        return (f"account {self.prepared.account}; nodes in {where}",
                 *((f"file system {self.prepared.lustre_dns_name}",) if self.prepared.lustre_dns_name else ()))
 
     def summary_lines(self) -> tuple[str, ...]:
@@ -73,17 +75,24 @@ class HyperPodPlanDetails:
 @lean_dataclass(frozen=True)
 class PreparedFacts:
     """What preparing learnt from the account: who asked, the nodes' VPC (apply makes their security group in it),
-    the file system's DNS name, and whether the lifecycle bucket must be made."""
+    the file system's DNS name, whether the lifecycle bucket must be made, and clusterkit's prerequisites network
+    when no subnet was given: `network_stack` in `network_zone`, made by apply when `create_network` (the nodes' VPC
+    is then known only once it exists), else made earlier and reused."""
 
     account: str
     caller: str
     vpc_id: str
     create_bucket: bool = False
     lustre_dns_name: str | None = None
+    network_stack: str | None = None
+    network_zone: str | None = None
+    create_network: bool = False
 
     def to_json(self) -> JsonObject:
         return {"account": self.account, "caller": self.caller, "vpc_id": self.vpc_id,
-                "create_bucket": self.create_bucket, "lustre_dns_name": self.lustre_dns_name}
+                "create_bucket": self.create_bucket, "lustre_dns_name": self.lustre_dns_name,
+                "network_stack": self.network_stack, "network_zone": self.network_zone,
+                "create_network": self.create_network}
 
 
 @lean_dataclass
@@ -98,12 +107,14 @@ class HyperPodClusterState:
     lustre_file_system_id: str | None = None
     lifecycle_uri: str | None = None
     queues: dict[str, list[str]] = field(default_factory=dict)
+    prerequisites: KeptStack | None = None  # clusterkit's prerequisites network the nodes are in, when it chose it
 
     def to_json(self) -> JsonObject:
         return {"region": self.region, "request_file": self.request_file, "cluster_arn": self.cluster_arn,
                 "security_group_id": self.security_group_id, "lustre_file_system_id": self.lustre_file_system_id,
                 "lifecycle_uri": self.lifecycle_uri,
-                "queues": {queue: list(types) for queue, types in self.queues.items()}}  # type: ignore[dict-item]
+                "queues": {queue: list(types) for queue, types in self.queues.items()},  # type: ignore[dict-item]
+                "prerequisites": self.prerequisites.to_json() if self.prerequisites else None}
 
     @classmethod
     def from_json(cls, data: JsonObject) -> HyperPodClusterState:
@@ -112,7 +123,9 @@ class HyperPodClusterState:
             return None if value is None else str(value)
 
         queues = data.get("queues") or {}
+        prerequisites = data.get("prerequisites")
         return cls(region=str(data["region"]), request_file=str(data["request_file"]), cluster_arn=text("cluster_arn"),
                    security_group_id=text("security_group_id"), lustre_file_system_id=text("lustre_file_system_id"),
                    lifecycle_uri=text("lifecycle_uri"),
-                   queues={str(q): [str(t) for t in types] for q, types in queues.items()})  # type: ignore[union-attr]
+                   queues={str(q): [str(t) for t in types] for q, types in queues.items()},  # type: ignore[union-attr]
+                   prerequisites=KeptStack.from_json(prerequisites) if isinstance(prerequisites, dict) else None)

@@ -23,8 +23,8 @@ from pathlib import Path
 from clusterkit import registry
 from clusterkit.errors import AlreadyExists, ClusterkitError, MissingDependency
 from clusterkit.pids import pid_alive, start_time
-from clusterkit.providers.base import (ClusterInfo, DeletionPlan, Progress, Replacement, ResizeResult, quiet,
-                                       slurm_nodes)
+from clusterkit.providers.base import (ClusterInfo, DeletionPlan, NodeAction, NodeActionPlan, Progress, Replacement,
+                                       ResizeResult, cannot_act_on_nodes, quiet, slurm_nodes)
 from clusterkit.providers.local import processes
 from clusterkit.providers.local.config import (
     SSHD_PRIVSEP_DIR,
@@ -46,7 +46,7 @@ from clusterkit.providers.local.replacer import LOG_NAME, read_log
 from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, refuse_foreign_options
 from clusterkit.registry import ClusterRecord, JsonObject
 from clusterkit.runtime import FAULTS_DIR_ENV
-from clusterkit.slurm import NodeInfo, Slurm
+from clusterkit.slurm import Flavor, NodeInfo, Slurm
 from clusterkit.stack import health
 from clusterkit.transport import SshTarget
 
@@ -240,6 +240,9 @@ class LocalCluster:
 
     def slurm(self) -> Slurm:
         return self._slurm
+
+    def flavor(self) -> Flavor:
+        return Flavor.STOCK
 
     def runs_dir(self) -> str | None:
         return None
@@ -634,6 +637,14 @@ class LocalCluster:
             self._slurm.update_node(node, "RESUME")
 
     # ----- delete -------------------------------------------------------------------------------
+    def plan_node_action(self, action: NodeAction, names: list[str]) -> NodeActionPlan:
+        raise cannot_act_on_nodes(self.name, "local", action,
+                                  f"crash or stop it with `clusterkit local crash-node {self.name} NODE`: with "
+                                  "--replace-nodes (or --timings parallelcluster) a DOWN node is replaced")
+
+    def act_on_nodes(self, plan: NodeActionPlan, progress: Progress = quiet) -> tuple[str, ...]:
+        raise cannot_act_on_nodes(self.name, "local", plan.action, "see `clusterkit local --help`")
+
     def deletion(self) -> DeletionPlan:
         return DeletionPlan(name=self.name, deletes=(
             f"the daemons it started (munged, MariaDB, slurmdbd, slurmctld, {self.config.nodes} slurmd"

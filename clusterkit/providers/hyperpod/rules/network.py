@@ -12,8 +12,10 @@ from clusterkit.providers.hyperpod.request import PLACEHOLDER_SECURITY_GROUP, Hy
 def vpc(draft: HyperPodDraft) -> Iterator[Finding]:
     config = draft.request.get("VpcConfig") or {}
     if PLACEHOLDER_SUBNET in config.get("Subnets", []):  # type: ignore[union-attr,operator]
-        yield warning("subnet_id", f"no subnet given: the request shows {PLACEHOLDER_SUBNET}",
-                      "give --subnet-id (a private subnet with a NAT route: EFA nodes get no public IP)")
+        yield info("subnet_id", f"no subnet given: the request shows {PLACEHOLDER_SUBNET}, where create puts the "
+                   "private subnet of clusterkit's prerequisites network (a VPC, a NAT gateway, a private subnet in a "
+                   "zone that offers every instance type: a stack made earlier in the region, else a new one)",
+                   "or give --subnet-id: a private subnet with a NAT route (EFA nodes get no public IP)")
     if PLACEHOLDER_SECURITY_GROUP in config.get("SecurityGroupIds", []):  # type: ignore[union-attr,operator]
         yield info("create_cluster_request.VpcConfig.SecurityGroupIds",
                    f"the request shows {PLACEHOLDER_SECURITY_GROUP}: apply puts there the security group it makes for "
