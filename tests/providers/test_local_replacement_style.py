@@ -28,9 +28,9 @@ CASES = [
     (("drng", "clusterkit: health check failed"), None, None),  # still runs a job
     (("fail", "Action:Replace"), REPLACE, REPLACE),
     (("fail*", "Action:Replace"), REPLACE, REPLACE),  # its slurmd gone meanwhile
-    (("failg", "Action:Replace"), None, None),  # HyperPod waits for the node's jobs to finish
+    (("failg", "Action:Replace"), None, REPLACE),  # busy=False: its job has ended (squeue); see below
     (("fail", "Action:Reboot"), REPLACE, REBOOT),
-    (("failg", "Action:Reboot"), None, None),
+    (("failg", "Action:Reboot"), None, REBOOT),
     (("down", "Action:Replace"), REPLACE, REPLACE),  # the documented last resort: DOWN ends the node's jobs at once
     (("down*", "Action:Reboot"), REPLACE, REBOOT),
     (("fail", "operator: bad DIMM"), REPLACE, None),  # FAIL with another reason is no request to HyperPod
@@ -49,6 +49,16 @@ def node(state: str, reason: str) -> NodeInfo:
 def test_what_each_replacement_style_does_to_a_node(seen: tuple[str, str], clustermgtd, hyperpod) -> None:
     assert work_for(node(*seen), CLUSTERMGTD) is clustermgtd
     assert work_for(node(*seen), HYPERPOD) is hyperpod
+
+
+@pytest.mark.parametrize("state", ["fail", "failg", "down", "fail*"])
+def test_hyperpod_waits_while_a_job_holds_the_node_and_clustermgtd_does_not_ask(state: str) -> None:
+    # sinfo says `fail` for a FAIL node a job uses in part: only squeue knows that the job still runs there.
+    assert work_for(node(state, "Action:Replace"), HYPERPOD, busy=True) is None
+    assert work_for(node(state, "Action:Replace"), HYPERPOD, busy=False) is REPLACE
+    # clustermgtd's replaces a DOWN node whatever runs there (DOWN has ended its jobs), and so never asks.
+    assert work_for(node(state, "Action:Replace"), CLUSTERMGTD, busy=True) is \
+        work_for(node(state, "Action:Replace"), CLUSTERMGTD, busy=False)
 
 
 def test_clustermgtds_replacement_stays_the_default_and_hyperpods_turns_the_replacer_on() -> None:

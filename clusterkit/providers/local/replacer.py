@@ -29,7 +29,7 @@ from pathlib import Path
 from clusterkit.errors import ClusterkitError
 from clusterkit.providers.base import Replacement
 from clusterkit.providers.local.config import ReplacementStyle
-from clusterkit.slurm import REBOOT_REASON, NodeInfo
+from clusterkit.slurm import REBOOT_REASON, NodeInfo, Slurm
 from clusterkit.slurm import REPLACE_REASON as HYPERPOD_REPLACE_REASON
 
 # clustermgtd's own reason (ClusterManager._handle_unhealthy_static_nodes), so that a job's pending reason and
@@ -39,9 +39,12 @@ UNHEALTHY_STATES = ("down", "drain", "fail")  # sinfo's short states: draining (
 LOG_NAME = "replacements.jsonl"
 
 
-# HyperPod acts on its reason once no job runs on the node: FAIL (sinfo's `fail`; `failg` still runs one), or DOWN,
-# the documented last resort that ends the node's jobs at once.
-HYPERPOD_STATES = ("fail", "down")
+# HyperPod acts on its reason on a node FAIL (sinfo's `fail`, or `failg` while an allocated node runs a job) or DOWN
+# (the documented last resort, which ends the node's jobs at once), once no job runs on it. sinfo says `fail`, not
+# `failg`, for a node FAIL that a job uses only in part: whether jobs run there is squeue's to say (`busy`).
+HYPERPOD_STATES = ("fail", "failg", "down")
+# The job states that hold a node (squeue -t).
+HOLDING = "RUNNING,COMPLETING,CONFIGURING,SUSPENDED,STOPPED"
 
 
 class NodeWork(str, enum.Enum):
@@ -56,13 +59,19 @@ def unhealthy(node: NodeInfo) -> bool:
     return node.base_state in UNHEALTHY_STATES
 
 
-def work_for(node: NodeInfo, style: ReplacementStyle) -> NodeWork | None:
-    """What the replacer does to `node` as Slurm shows it now, replacing as `style` does; None: leave it alone."""
+def work_for(node: NodeInfo, style: ReplacementStyle, busy: bool = False) -> NodeWork | None:
+    """What the replacer does to `node` as Slurm shows it now (`busy`: a job still holds it), replacing as `style`
+    does; None: leave it alone."""
     if style is ReplacementStyle.CLUSTERMGTD:
         return NodeWork.REPLACE if unhealthy(node) else None
-    if node.base_state not in HYPERPOD_STATES:
+    if node.base_state not in HYPERPOD_STATES or busy:
         return None
     return {HYPERPOD_REPLACE_REASON: NodeWork.REPLACE, REBOOT_REASON: NodeWork.REBOOT}.get(node.reason)
+
+
+def _busy(slurm: Slurm, node: str) -> bool:
+    """Whether a job still holds `node`."""
+    return bool(slurm.run("squeue", "-h", "-w", node, "-t", HOLDING, "-o", "%i").stdout.strip())
 
 
 def read_log(path: Path) -> dict[str, Replacement]:
@@ -109,8 +118,13 @@ def replace_once(name: str) -> list[str]:
     cluster = LocalCluster.get(name)  # fresh each loop: the record changes (nodes started by hand)
     slurm = cluster.slurm()
     style = cluster.config.timings.replacement
-    taken = [(node, work_for(node, style)) for node in slurm.nodes() if node.name in cluster.config.node_names]
-    failed = [(node, work) for node, work in taken if work is not None]
+    failed = []
+    for node in slurm.nodes():
+        work = work_for(node, style) if node.name in cluster.config.node_names else None
+        if work is not None and style is ReplacementStyle.HYPERPOD:  # squeue asked only of a node HyperPod would take
+            work = work_for(node, style, busy=_busy(slurm, node.name))
+        if work is not None:
+            failed.append((node, work))
     if not failed:
         return []
     log = cluster.layout.log / LOG_NAME
