@@ -103,3 +103,14 @@ def test_a_hyperpod_stand_ins_plan_gives_its_nodes_hyperpods_resource_config_and
     plain = local.plan(ClusterRequest("st", provider="local", nodes=2, replace_nodes=True))
     assert not [path for path in plain.files if "resource_config" in path]
     assert not [action for action in plain.actions if "overlay" in action]
+
+
+@pytest.mark.parametrize("home", ["a,b", "a:b"])
+def test_a_home_the_nodes_overlay_cannot_name_is_refused_before_anything_is_made(tmp_path, monkeypatch, home) -> None:
+    monkeypatch.setenv("CLUSTERKIT_HOME", str(tmp_path / home))
+    with pytest.raises(ClusterkitError) as raised:
+        provider_named("local").plan(ClusterRequest("hp", provider="local", nodes=2, replacement="hyperpod"))
+    assert "--replacement hyperpod cannot give the nodes" in raised.value.message and home in raised.value.message
+    assert raised.value.fix == "set CLUSTERKIT_HOME to a directory without them"
+    assert list(tmp_path.iterdir()) == []
+    provider_named("local").plan(ClusterRequest("st", provider="local", nodes=2, replace_nodes=True))  # no overlay

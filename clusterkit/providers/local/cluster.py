@@ -128,6 +128,11 @@ class LocalProvider:
         timings = timings_named(request.timings, request.replace_nodes, request.boot_delay, request.replacement)
         cluster = LocalCluster._new(request.name, request.nodes, request.cpus_per_node, request.gpus_per_node,
                                     request.memory_mb_per_node, request.ssh, timings)
+        if cluster._as_hyperpod and set(str(cluster.layout.hyperpod_opt)) & set(",:\\"):
+            # The overlay's mount options cannot hold them.
+            raise ClusterkitError(f"--replacement hyperpod cannot give the nodes of a cluster in "
+                                  f"{str(cluster.layout.root)!r} HyperPod's resource config (a comma, colon or "
+                                  "backslash in the path)", fix="set CLUSTERKIT_HOME to a directory without them")
         share = [] if processes.root_mount_is_shared() else [shlex.join(processes.SHARE_ROOT_COMMAND)]
         return ClusterPlan(
             provider=PROVIDER, name=request.name,
