@@ -2,7 +2,8 @@
 (`--replacement hyperpod`): the node is marked `State=FAIL Reason=Action:Replace` as HyperPod's health agent marks
 it, its training processes die (the workshop's drill kills them by hand), clusterkit's supervisor (which knows
 HyperPod by the resource config the cluster's nodes carry) requeues the job without marking the node again, the
-replacer replaces the node once the job has left it, and the job resumes at full size from its last checkpoint."""
+replacer replaces the node once the job has left it, and the job resumes at full size from its last checkpoint.
+Then HyperPod's other request, `Action:Reboot`, and a plain DOWN node, which HyperPod's replacement leaves alone."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from clusterkit.jobs.submit import submit
 from clusterkit.pids import pid_alive
 from clusterkit.providers.local import processes
 from clusterkit.providers.local.cluster import LocalCluster
-from clusterkit.slurm import REPLACE_REASON
+from clusterkit.slurm import REBOOT_REASON, REPLACE_REASON
 from tests.resilience.resilience_helpers import assert_the_ledger_adds_up
 from tests.resilience.test_recovery_local import decisions, training_spec, wait_for_log
 from tests.resilience.test_replacement_local import REPO, state
@@ -101,3 +102,18 @@ def test_a_node_marked_for_hyperpods_replacement_is_replaced_once_the_job_left_i
     assert recovery.steps_lost == recovery.last_step_before - resumed_from >= 0, recovery
     assert assert_the_ledger_adds_up(handle)["recovery"] >= BOOT_DELAY  # the wait for the replacement is recovery
     assert state(cluster, "n2") == "idle"
+
+    # A node merely DOWN is not HyperPod's to replace (clustermgtd's would be); marked for a reboot, it is started
+    # again as the same node: its fault stays, where a replacement's fresh node has none.
+    cluster.fail_health("n1", "a fault a reboot keeps")
+    old_slurmd = cluster.pids["slurmd-n1"]
+    cluster.slurm().update_node("n1", "DOWN", "clusterkit: a fault a reboot keeps")
+    time.sleep(2.5)
+    assert "n1" not in cluster.replacements() and state(cluster, "n1") == "down"
+    cluster.slurm().update_node("n1", "FAIL", REBOOT_REASON)
+    processes.wait_until(lambda: "n1" in cluster.replacements() and cluster.replacements()["n1"].ready_at, 30,
+                         "n1's reboot", interval=0.2)
+    processes.wait_until(lambda: state(cluster, "n1") == "idle", 20, "n1 to serve", interval=0.2)
+    assert LocalCluster.get(NAME).pids["slurmd-n1"] != old_slurmd and not pid_alive(old_slurmd)
+    assert (cluster.layout.faults / "n1").read_text() == "a fault a reboot keeps\n"
+    assert not (cluster.layout.faults / "n2").exists()
