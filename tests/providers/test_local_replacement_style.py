@@ -10,6 +10,8 @@ import pytest
 
 from clusterkit.errors import ClusterkitError
 from clusterkit.providers import ClusterRequest, provider_named
+from clusterkit.providers.base import NodeAction
+from clusterkit.providers.local.cluster import LocalCluster
 from clusterkit.providers.local.config import TIMINGS, LocalClusterState, ReplacementStyle, timings_named
 from clusterkit.providers.local.replacer import NodeWork, work_for
 from clusterkit.slurm import HYPERPOD_RESOURCE_CONFIG, NodeInfo
@@ -114,3 +116,16 @@ def test_a_home_the_nodes_overlay_cannot_name_is_refused_before_anything_is_made
     assert raised.value.fix == "set CLUSTERKIT_HOME to a directory without them"
     assert list(tmp_path.iterdir()) == []
     provider_named("local").plan(ClusterRequest("st", provider="local", nodes=2, replace_nodes=True))  # no overlay
+
+
+@pytest.mark.parametrize(("action", "reason"), [(NodeAction.REPLACE, "Action:Replace"),
+                                                (NodeAction.REBOOT, "Action:Reboot")])
+def test_replace_node_on_a_hyperpod_stand_in_says_how_hyperpod_is_asked(action: NodeAction, reason: str) -> None:
+    plan = provider_named("local").plan(ClusterRequest("hp", provider="local", nodes=2, replacement="hyperpod"))
+    with pytest.raises(ClusterkitError) as raised:
+        LocalCluster.from_config(plan.details.config).plan_node_action(action, ["n2"])
+    assert raised.value.fix.endswith(f"scontrol update NodeName=NODE State=FAIL Reason={reason}")
+    plain = provider_named("local").plan(ClusterRequest("st", provider="local", nodes=2, replace_nodes=True))
+    with pytest.raises(ClusterkitError) as raised:
+        LocalCluster.from_config(plain.details.config).plan_node_action(action, ["n2"])
+    assert "a DOWN node is replaced" in raised.value.fix

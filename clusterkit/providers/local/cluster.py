@@ -663,6 +663,11 @@ class LocalCluster:
 
     # ----- delete -------------------------------------------------------------------------------
     def plan_node_action(self, action: NodeAction, names: list[str]) -> NodeActionPlan:
+        if self._as_hyperpod:  # its replacer acts on HyperPod's request from Slurm only
+            reason = "Action:Replace" if action is NodeAction.REPLACE else "Action:Reboot"
+            raise cannot_act_on_nodes(self.name, "local", action,
+                                      f"ask as on HyperPod: SLURM_CONF={self.layout.slurm_conf} scontrol update "
+                                      f"NodeName=NODE State=FAIL Reason={reason}")
         raise cannot_act_on_nodes(self.name, "local", action,
                                   f"crash or stop it with `clusterkit local crash-node {self.name} NODE`: with "
                                   "--replace-nodes (or --timings parallelcluster) a DOWN node is replaced")
