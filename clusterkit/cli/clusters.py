@@ -56,6 +56,11 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     local.add_argument("--boot-delay", type=float, default=None, metavar="SECONDS",
                        help="how long a replacement node takes to boot (default: 0 at test timings, 30 at "
                             "parallelcluster timings)")
+    local.add_argument("--replacement", choices=("clustermgtd", "hyperpod"), default=None,
+                       help="which nodes are replaced (implies --replace-nodes): clustermgtd (the default: every DOWN "
+                            "or DRAINED node) or hyperpod (as SageMaker HyperPod's node recovery: only a node marked "
+                            "State=FAIL Reason=Action:Replace, or Action:Reboot, once its jobs ended; its nodes carry "
+                            "HyperPod's resource config, so clusterkit on them acts as on HyperPod)")
     source = create.add_argument_group("cluster spec (AWS)")
     source.add_argument("--preset", metavar="NAME", help="start from a preset: p4de, p4d, p5, trn1, trn1n, g5")
     source.add_argument("--file", metavar="SPEC.yaml", help="start from a cluster spec file")
@@ -159,7 +164,8 @@ def create_cluster(args: argparse.Namespace) -> int:
         custom_ami=args.custom_ami, identity_file=args.identity_file, execution_role=args.execution_role,
         nodes=args.nodes,
         cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node, ssh=args.ssh,
-        timings=args.timings, replace_nodes=args.replace_nodes, boot_delay=args.boot_delay)
+        timings=args.timings, replace_nodes=args.replace_nodes, boot_delay=args.boot_delay,
+        replacement=args.replacement)
     provider = provider_named(request.provider_name)
     refuse_foreign_options(provider, (*request.given(), *(name for name in PLAN_ARGUMENTS
                                                           if getattr(args, name) not in (None, False))))

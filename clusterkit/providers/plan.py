@@ -59,6 +59,7 @@ class ClusterRequest:
     timings: str = "test"  # Slurm's timers and node replacement: "test" (seconds) or "parallelcluster"
     replace_nodes: bool | None = None  # replace failed nodes as clustermgtd does (None: as the timings say)
     boot_delay: float | None = None  # seconds a replacement node takes to boot (None: as the timings say)
+    replacement: str | None = None  # whose replacement: "clustermgtd" (the default) or "hyperpod" (turns it on)
 
     @property
     def provider_name(self) -> str:

@@ -24,7 +24,7 @@ FLAGS = [
     (["--account-dry-run"], "aws"),
     (["--nodes", "2"], "local"), (["--cpus-per-node", "4"], "local"), (["--gpus-per-node", "1"], "local"),
     (["--ssh"], "local"), (["--timings", "parallelcluster"], "local"), (["--replace-nodes"], "local"),
-    (["--no-replace-nodes"], "local"), (["--boot-delay", "5"], "local"),
+    (["--no-replace-nodes"], "local"), (["--boot-delay", "5"], "local"), (["--replacement", "hyperpod"], "local"),
     (["--execution-role", "arn:aws:iam::123456789012:role/x"], "hyperpod"),
 ]
 OTHER = {"aws": "local", "local": "aws", "hyperpod": "aws"}
@@ -104,6 +104,8 @@ def test_hyperpod_refuses_what_only_parallelcluster_takes(tmp_path) -> None:
 @pytest.mark.parametrize(("flag", "said"), [
     (["--timings", "prod"], "--timings 'prod' is not a set of timings (use one of: test, parallelcluster)"),
     (["--boot-delay", "-3"], "--boot-delay -3 is out of range (give the seconds a replacement node takes to boot"),
+    (["--replacement", "hyperpod", "--no-replace-nodes"],
+     "--replacement hyperpod with --no-replace-nodes: nothing would replace nodes (drop one of them)"),
 ])
 def test_a_bad_timing_is_one_line_naming_it_and_the_fix(tmp_path, flag: list[str], said: str) -> None:
     result = run_cli("create-cluster", "--provider", "local", "--name", "x", *flag, "--dry-run", home=str(tmp_path))
@@ -117,6 +119,6 @@ def test_a_dry_run_shows_the_timings_it_would_write(tmp_path) -> None:
     plan = json.loads(result.stdout)
     assert plan["details"]["timings"] == {"name": "parallelcluster", "SlurmdTimeout": 180, "MessageTimeout": 60,
                                           "cred_expire": 70, "replace_nodes": True, "replace_loop_s": 60.0,
-                                          "boot_delay_s": 12.0}
+                                          "boot_delay_s": 12.0, "replacement": "clustermgtd"}
     conf = next(text for path, text in plan["files"].items() if path.endswith("slurm.conf"))
     assert "SlurmdTimeout=180" in conf.splitlines()

@@ -33,9 +33,11 @@ from clusterkit.providers.local.config import (
     LocalClusterState,
     LocalLayout,
     LocalPlanDetails,
+    ReplacementStyle,
     Timings,
     render_gres_conf,
     render_hosts,
+    render_hyperpod_resource_config,
     render_mysql_conf,
     render_slurm_conf,
     render_slurmdbd_conf,
@@ -119,13 +121,18 @@ class LocalProvider:
     options = (Option("nodes", "--nodes"), Option("cpus_per_node", "--cpus-per-node"),
                Option("gpus_per_node", "--gpus-per-node"), Option("memory_mb_per_node", "memory_mb_per_node"),
                Option("ssh", "--ssh"), Option("timings", "--timings"), Option("replace_nodes", "--replace-nodes"),
-               Option("boot_delay", "--boot-delay"))
+               Option("boot_delay", "--boot-delay"), Option("replacement", "--replacement"))
 
     def plan(self, request: ClusterRequest) -> ClusterPlan[LocalPlanDetails]:
         refuse_foreign_options(self, request.given())
-        timings = timings_named(request.timings, request.replace_nodes, request.boot_delay)
+        timings = timings_named(request.timings, request.replace_nodes, request.boot_delay, request.replacement)
         cluster = LocalCluster._new(request.name, request.nodes, request.cpus_per_node, request.gpus_per_node,
                                     request.memory_mb_per_node, request.ssh, timings)
+        if cluster._as_hyperpod and set(str(cluster.layout.hyperpod_opt)) & set(",:\\"):
+            # The overlay's mount options cannot hold them.
+            raise ClusterkitError(f"--replacement hyperpod cannot give the nodes of a cluster in "
+                                  f"{str(cluster.layout.root)!r} HyperPod's resource config (a comma, colon or "
+                                  "backslash in the path)", fix="set CLUSTERKIT_HOME to a directory without them")
         share = [] if processes.root_mount_is_shared() else [shlex.join(processes.SHARE_ROOT_COMMAND)]
         return ClusterPlan(
             provider=PROVIDER, name=request.name,
@@ -264,7 +271,15 @@ class LocalCluster:
         }
         if config.ssh:
             files[layout.sshd_config] = render_sshd_config(config, layout, self._session_path())
+        if self._as_hyperpod:
+            files[layout.hyperpod_resource_config] = render_hyperpod_resource_config(config)
         return files
+
+    @property
+    def _as_hyperpod(self) -> bool:
+        """Whether its nodes stand in for HyperPod's: the replacer acts as HyperPod's node recovery."""
+        timings = self.config.timings
+        return timings.replace_nodes and timings.replacement is ReplacementStyle.HYPERPOD
 
     def _session_path(self) -> str:
         """PATH of jobs and of SSH sessions: the Python that drives the cluster (its venv) first."""
@@ -285,10 +300,16 @@ class LocalCluster:
         # made on this machine later (a file system for checkpoints) reach the nodes; the nodes' own
         # /etc/hosts never reaches this machine.
         script = 'mount --bind "$1" /etc/hosts && hostname "$2" && exec slurmd -D -N "$2" -f "$3"'
+        extra: list[str] = []
+        if self._as_hyperpod:
+            # HyperPod's resource config at its place in the node's /opt (a read-only overlay on this machine's
+            # /opt, seen by the node only): clusterkit on the node (the supervisor) knows HyperPod by it.
+            script = 'mount -t overlay overlay -o "lowerdir=$4:/opt" /opt && ' + script
+            extra = [str(layout.hyperpod_opt)]
         for node in self.config.node_names:
             commands[f"slurmd-{node}"] = ["unshare", "--mount", "--uts", "--propagation", "slave",
                                           "sh", "-c", script, "slurmd", str(layout.hosts_file), node,
-                                          str(layout.slurm_conf)]
+                                          str(layout.slurm_conf), *extra]
         if self.config.ssh:
             commands["sshd"] = [SSHD, "-D", "-e", "-f", str(layout.sshd_config)]
         if self.config.timings.replace_nodes:
@@ -312,6 +333,8 @@ class LocalCluster:
         key = os.open(layout.munge_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
         with os.fdopen(key, "wb") as handle:
             handle.write(os.urandom(1024))
+        if self._as_hyperpod:
+            layout.hyperpod_resource_config.parent.mkdir(parents=True)
         for path, text in files.items():
             # slurmdbd refuses a config that others can read.
             descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
@@ -540,13 +563,15 @@ class LocalCluster:
         return victims
 
     # ----- replacement (the replacer daemon's steps) ----------------------------------------------
-    def terminate_node(self, node: str) -> None:
+    def terminate_node(self, node: str, keep_faults: bool = False) -> None:
         """What terminating its instance does to a node: every process gone, whether it ran, hung or had
-        crashed, and with them its injected faults (a fresh node has none)."""
+        crashed, and with them its injected faults (a fresh node has none; `keep_faults`: a reboot, the same
+        hardware)."""
         namespace = self._node_namespace(node)
         if namespace is not None:
             self._kill_namespace(namespace)
-        self._clear_faults(node)
+        if not keep_faults:
+            self._clear_faults(node)
 
     def boot_node(self, node: str) -> None:
         """Start a fresh slurmd for `node` and return it to service once it serves."""
@@ -638,6 +663,11 @@ class LocalCluster:
 
     # ----- delete -------------------------------------------------------------------------------
     def plan_node_action(self, action: NodeAction, names: list[str]) -> NodeActionPlan:
+        if self._as_hyperpod:  # its replacer acts on HyperPod's request from Slurm only
+            reason = "Action:Replace" if action is NodeAction.REPLACE else "Action:Reboot"
+            raise cannot_act_on_nodes(self.name, "local", action,
+                                      f"ask as on HyperPod: SLURM_CONF={self.layout.slurm_conf} scontrol update "
+                                      f"NodeName=NODE State=FAIL Reason={reason}")
         raise cannot_act_on_nodes(self.name, "local", action,
                                   f"crash or stop it with `clusterkit local crash-node {self.name} NODE`: with "
                                   "--replace-nodes (or --timings parallelcluster) a DOWN node is replaced")

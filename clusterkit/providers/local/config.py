@@ -6,6 +6,8 @@ Same layout in, same text out; golden files pin the text. Nothing here touches t
 from __future__ import annotations
 
 import dataclasses
+import enum
+import json
 from dataclasses import field
 from pathlib import Path
 
@@ -111,11 +113,41 @@ class LocalLayout:
         """The head node's host key as a known_hosts line (for `clusterkit connect --known-hosts`)."""
         return self.etc / "known_hosts"
 
+    @property
+    def hyperpod_opt(self) -> Path:
+        """What each node of a cluster replacing nodes as HyperPod does sees over /opt (this machine's /opt below)."""
+        return self.root / "hyperpod" / "opt"
+
+    @property
+    def hyperpod_resource_config(self) -> Path:
+        """HyperPod's resource config as a node sees it at /opt/ml/config/resource_config.json."""
+        return self.hyperpod_opt / "ml" / "config" / "resource_config.json"
+
     def pid_file(self, daemon: str) -> Path:
         return self.run / f"{daemon}.pid"
 
     def node_spool(self, node: str) -> Path:
         return self.spool / node
+
+
+class ReplacementStyle(str, enum.Enum):
+    """Whose node replacement the replacer does.
+
+    clustermgtd (ParallelCluster): every static node DOWN or DRAINED, whatever the reason, running or not.
+    hyperpod (SageMaker HyperPod's automatic node recovery, driven from Slurm): only a node marked FAIL with the reason
+    exactly `Action:Replace` (new hardware) or `Action:Reboot` (the same instance), once no job runs on it; a node
+    merely DOWN or drained is left alone. Per AWS's "Manually replace or reboot a node using Slurm" (SageMaker
+    developer guide, sagemaker-hyperpod-resiliency-slurm-replace-faulty-instance): after `scontrol update node=X
+    state=fail reason="Action:Replace"` the node "waits for the currently running jobs to finish, is replaced with a
+    healthy instance, and is recovered with the same host name"; `state=down` with the same reason is the last
+    resort that kills the node's jobs at once (so a DOWN node with HyperPod's reason is replaced too). The
+    workshop's resiliency drill (awsome-distributed-training, "Testing Resiliency with HyperPod Slurm") shows the
+    states: `failg` while the job runs, `fail` after it ends, then the replacement. HyperPod's auto-resume also
+    watches nodes that turn fail or down, but only for a step started with --auto-resume=1, which a local cluster's
+    stock srun lacks and a supervised step never has."""
+
+    CLUSTERMGTD = "clustermgtd"
+    HYPERPOD = "hyperpod"
 
 
 @lean_dataclass(frozen=True)
@@ -137,6 +169,7 @@ class Timings:
     replace_nodes: bool = False  # whether the replacer daemon runs (clustermgtd's job)
     replace_loop_s: float = 1.0  # how often the replacer looks for failed nodes
     boot_delay_s: float = 0.0  # how long a replacement node takes to "boot"
+    replacement: ReplacementStyle = ReplacementStyle.CLUSTERMGTD  # which nodes the replacer takes, and how
 
     def slurm_conf_lines(self) -> list[str]:
         """slurm.conf's failure-handling lines (cred_expire goes into AuthInfo, with the munge socket)."""
@@ -157,11 +190,13 @@ class Timings:
         shown = {"name": self.name, "SlurmdTimeout": self.slurmd_timeout, "MessageTimeout": self.message_timeout,
                  "cred_expire": self.cred_expire, "replace_nodes": self.replace_nodes}
         if self.replace_nodes:
-            shown |= {"replace_loop_s": self.replace_loop_s, "boot_delay_s": self.boot_delay_s}
+            shown |= {"replace_loop_s": self.replace_loop_s, "boot_delay_s": self.boot_delay_s,
+                      "replacement": self.replacement.value}
         return shown  # type: ignore[return-value]
 
     def to_json(self) -> JsonObject:
-        return {"name": self.name, "replace_nodes": self.replace_nodes, "boot_delay_s": self.boot_delay_s}
+        return {"name": self.name, "replace_nodes": self.replace_nodes, "boot_delay_s": self.boot_delay_s,
+                "replacement": self.replacement.value}
 
     @classmethod
     def from_json(cls, data: JsonObject | None) -> Timings:
@@ -171,7 +206,8 @@ class Timings:
             return TIMINGS["test"]
         named = TIMINGS[str(data["name"])]
         return dataclasses.replace(named, replace_nodes=bool(data["replace_nodes"]),
-                                   boot_delay_s=float(data["boot_delay_s"]))  # type: ignore[arg-type]
+                                   boot_delay_s=float(data["boot_delay_s"]),  # type: ignore[arg-type]
+                                   replacement=ReplacementStyle(data.get("replacement", "clustermgtd")))
 
 
 TIMINGS = {
@@ -183,17 +219,29 @@ TIMINGS = {
 }
 
 
-def timings_named(name: str, replace_nodes: bool | None = None, boot_delay_s: float | None = None) -> Timings:
-    """A named set of timings with a create's overrides; a bad value is one error naming it and the fix."""
+def timings_named(name: str, replace_nodes: bool | None = None, boot_delay_s: float | None = None,
+                  replacement: str | None = None) -> Timings:
+    """A named set of timings with a create's overrides; a bad value is one error naming it and the fix.
+    `replacement` (a ReplacementStyle's value) turns the replacer on; with `replace_nodes` False it is refused."""
     if name not in TIMINGS:
         raise ClusterkitError(f"--timings {name!r} is not a set of timings",
                               fix=f"use one of: {', '.join(TIMINGS)}")
+    styles = [style.value for style in ReplacementStyle]
+    if replacement is not None and replacement not in styles:
+        raise ClusterkitError(f"--replacement {replacement!r} is not a way of replacing nodes",
+                              fix=f"use one of: {', '.join(styles)}")
+    if replacement is not None and replace_nodes is False:
+        raise ClusterkitError(f"--replacement {replacement} with --no-replace-nodes: nothing would replace nodes",
+                              fix="drop one of them")
     if boot_delay_s is not None and not 0 <= boot_delay_s <= 3600:
         raise ClusterkitError(f"--boot-delay {boot_delay_s:g} is out of range",
                               fix="give the seconds a replacement node takes to boot, 0 to 3600")
     named = TIMINGS[name]
+    if replacement is not None:
+        replace_nodes = True
     return dataclasses.replace(named, replace_nodes=named.replace_nodes if replace_nodes is None else replace_nodes,
-                               boot_delay_s=named.boot_delay_s if boot_delay_s is None else float(boot_delay_s))
+                               boot_delay_s=named.boot_delay_s if boot_delay_s is None else float(boot_delay_s),
+                               replacement=named.replacement if replacement is None else ReplacementStyle(replacement))
 
 
 @lean_dataclass(frozen=True)
@@ -403,6 +451,16 @@ def render_mysql_conf(layout: LocalLayout) -> str:
         f"socket={layout.mysql_socket}",
         "",
     ])
+
+
+def render_hyperpod_resource_config(config: LocalClusterConfig) -> str:
+    """HyperPod's resource config as its nodes carry it (the fields its lifecycle scripts read): what makes clusterkit
+    on a node of a cluster that replaces nodes as HyperPod does (`slurm.flavor_of`) act as on HyperPod."""
+    instances = [{"InstanceName": node, "InstanceId": f"local-{config.name}-{node}", "CustomerIpAddress": "127.0.0.1"}
+                 for node in config.node_names]
+    document = {"ClusterConfig": {"ClusterArn": f"local:{config.name}", "ClusterName": config.name},
+                "InstanceGroups": [{"Name": "compute", "InstanceType": "local", "Instances": instances}]}
+    return json.dumps(document, indent=2) + "\n"
 
 
 def render_hosts(config: LocalClusterConfig) -> str:
