@@ -9,7 +9,10 @@ When the step fails the supervisor tells apart
   instead, within seconds and without waiting for Slurm's SlurmdTimeout (180 s on ParallelCluster), so that Slurm
   lets go of it at once and ParallelCluster replaces it; on SageMaker HyperPod the node is also marked for HyperPod's
   own replacement (State=FAIL Reason=Action:Replace, node_marks.py). A supervised step is rendered without HyperPod's
-  `--auto-resume=1`: the supervisor alone restarts it, so a failure spends the restart budget once;
+  `--auto-resume=1`: the supervisor alone restarts it, so a failure spends the restart budget once; a node of the
+  step that HyperPod's health agent (or an operator) marks for replacement while the step runs on unharmed
+  (Reason=Action:Replace or Action:Reboot, read every MARK_CHECK_S) is a node failure too, after the ranks saved a
+  checkpoint: HyperPod replaces a node only once no job holds it, so the run moves off it without losing a step;
   where the job holds spare nodes (`--spares`, the job spec's `supervise.spares`, with --no-kill) and a healthy
   one is left for each bad node, relaunch the step instead on its healthy nodes and the spares, in the same
   allocation (no requeue, no scheduling); Slurm takes a node it sets DOWN out of the --no-kill allocation itself
@@ -67,12 +70,15 @@ from clusterkit.resilience.decisions import Action, Bound, Decision, Health, Kin
 from clusterkit.resilience.heartbeat import every_rank_done, read_heartbeats, read_try
 from clusterkit.resilience.node_marks import marked_by_clusterkit, marks_for
 from clusterkit.resilience.run_state import Budget, RunState
-from clusterkit.slurm import REPLACE_REASON, AccountingRecord, Flavor, Slurm, flavor_of
+from clusterkit.slurm import REBOOT_REASON, REPLACE_REASON, AccountingRecord, Flavor, Slurm, flavor_of
 
 STOP_GRACE_S = 20.0  # SIGTERM to SIGKILL when nothing says how long there is
 REQUEUE_WAIT_S = 60.0  # after our requeue, for Slurm's SIGTERM to this script
 GONE_GRACE_S = 2.0  # the same once a node of the step is gone or it hangs: ranks wait in a collective, can't save
 WATCH_S = 1.0  # how often a running step's heartbeats, warnings and health check are looked at
+# On HyperPod, how often the step's nodes' states are read while it runs: a node HyperPod's health agent (or an
+# operator) marks for replacement is replaced only once no job holds it, so the run saves and moves off it.
+MARK_CHECK_S = 5.0
 # Decisions after which the supervisor requeued the job itself (and spent for it when it decided).
 REQUEUED_BY_US = (Kind.NODE_FAILURE, Kind.TIME_LIMIT, Kind.PREEMPTED)
 # How Slurm ended an attempt the supervisor did not end itself, and which bound that counts against.
@@ -369,6 +375,17 @@ class Supervisor:
                     print(f"clusterkit supervisor: could not mark {node} {mark.state}: {error}", file=sys.stderr)
                     break
 
+    def _marked_for_replacement(self, nodes: tuple[str, ...]) -> dict[str, str]:
+        """Node -> evidence, for nodes of `nodes` marked for HyperPod's replacement or reboot (its reasons), by its
+        health agent or an operator."""
+        try:
+            states = self.slurm.nodes()
+        except Exception as error:  # the controller not answering: look again later
+            print(f"clusterkit supervisor: sinfo failed: {error}", file=sys.stderr)
+            return {}
+        return {node.name: f"Slurm reports {node.name} {node.state}: {node.reason}" for node in states
+                if node.name in nodes and node.reason in (REPLACE_REASON, REBOOT_REASON)}
+
     def _being_replaced(self) -> set[str]:
         """Nodes marked FAIL or for HyperPod's replacement (by its health agent, an operator, or this supervisor)."""
         try:
@@ -433,7 +450,7 @@ class Supervisor:
                                    "time": round(time.time(), 3), "nodes": list(nodes)})
         process = subprocess.Popen(self.step, env=env, start_new_session=True)
         watched = tuple(node for node in (*nodes, *spares) if node != self.own_node)
-        outcome = self._watch(process, heartbeats, precheck, watched)
+        outcome = self._watch(process, heartbeats, precheck, watched, tuple(nodes))
         self.run_state.append_try({"attempt": self.attempt, "try": try_number, "event": "ended",
                                    "time": round(time.time(), 3), **read_try(heartbeats)._asdict()})
         return dataclasses.replace(
@@ -443,8 +460,8 @@ class Supervisor:
             saved=self.saved_on_stop(newest_before, outcome.exit_code) if outcome.signalled else "")
 
     def _watch(self, process: subprocess.Popen, heartbeats: Path, precheck: concurrent.futures.Future | None,
-               watched: tuple[str, ...] = ()) -> Outcome:
-        started = time.monotonic()
+               watched: tuple[str, ...] = (), step_nodes: tuple[str, ...] = ()) -> Outcome:
+        started = marks_read = time.monotonic()
         progress: dict[int, tuple[int, float]] = {}  # rank -> (step, when we saw it change)
         while True:
             try:
@@ -470,6 +487,16 @@ class Supervisor:
                     self._stop(process)
                     return Outcome(None, bad_nodes=tuple(bad.items()),
                                    unreachable=tuple(sorted(self.unreachable & set(bad))))
+            if self.flavor is Flavor.HYPERPOD and time.monotonic() - marks_read >= MARK_CHECK_S:
+                marks_read = time.monotonic()
+                marked = self._marked_for_replacement(step_nodes)
+                if marked:
+                    # Nothing is wrong with the step yet: its ranks save, then the node failure path moves the run
+                    # off the node (requeue, or a spare), so that HyperPod can replace it.
+                    print(f"clusterkit supervisor: {', '.join(marked.values())}: saving and moving off it",
+                          file=sys.stderr, flush=True)
+                    self._stop_to_save(process, runtime.stop_request_file(heartbeats), STOP_GRACE_S)
+                    return Outcome(None, bad_nodes=tuple(marked.items()))
             gone = self._gone_nodes(watched)
             if gone and self.superseded():
                 self._stop(process, grace=GONE_GRACE_S)

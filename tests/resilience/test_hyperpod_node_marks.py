@@ -3,6 +3,8 @@ the exact scontrol commands, through fake Slurm binaries, and how the on-cluster
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -132,3 +134,45 @@ def test_a_node_hyperpod_marked_for_replacement_is_a_bad_node_to_the_supervisor(
                             flavor=Flavor.HYPERPOD)
     bad = supervisor.unhealthy_nodes(["n1", "n2"])
     assert list(bad) == ["n2"] and "failg" in bad["n2"]
+
+
+@pytest.mark.parametrize("reason", [REPLACE_REASON, "Action:Reboot"])
+def test_a_step_node_hyperpod_marks_while_the_step_runs_on_has_the_ranks_save_then_moves_the_run_off_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reason: str):
+    # HyperPod replaces a marked node only once no job holds it: a run that kept training on it would keep it (and
+    # its fault) for days. The step is asked to save and stop (no stop listener here: SIGTERM), then it is a node
+    # failure like any other, the node left as HyperPod marked it.
+    from clusterkit.resilience import supervisor as supervisor_module
+
+    monkeypatch.setattr(supervisor_module, "MARK_CHECK_S", 0.0)
+    slurm = ScriptedSlurm(nodes=("n1", "n2", "n3"))
+    slurm.node_states["n3"] = ("fail", REPLACE_REASON)  # not the step's: no reason to stop it
+    supervisor = Supervisor(["true"], tmp_path / "state", 3, 1, 0, 10, False, slurm=slurm, flavor=Flavor.HYPERPOD)
+    step = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        slurm.node_states["n2"] = ("mix", "")
+        # Unmarked, the step runs on (until it ends by itself here).
+        quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+        assert supervisor._watch(quick, tmp_path, None, (), ("n1", "n2")).exit_code == 0
+        slurm.node_states["n2"] = ("failg", reason)
+        outcome = supervisor._watch(step, tmp_path, None, (), ("n1", "n2"))
+        stopped = step.poll()
+    finally:
+        step.kill()
+    assert stopped == -signal.SIGTERM  # stopped by the supervisor
+    assert outcome.exit_code is None and [node for node, _ in outcome.bad_nodes] == ["n2"]
+    assert reason in outcome.bad_nodes[0][1] and not outcome.unreachable
+    assert slurm.marks == []  # HyperPod's mark stays as it is
+
+
+def test_on_stock_slurm_the_supervisor_does_not_read_node_states_while_the_step_runs(tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch):
+    from clusterkit.resilience import supervisor as supervisor_module
+
+    monkeypatch.setattr(supervisor_module, "MARK_CHECK_S", 0.0)
+    slurm = ScriptedSlurm(nodes=("n1", "n2"))
+    slurm.node_states["n2"] = ("failg", REPLACE_REASON)
+    supervisor = Supervisor(["true"], tmp_path / "state", 3, 1, 0, 10, False, slurm=slurm, flavor=Flavor.STOCK)
+    quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    outcome = supervisor._watch(quick, tmp_path, None, (), ("n1", "n2"))
+    assert outcome.exit_code == 0 and not outcome.bad_nodes
