@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from clusterkit import registry
 from clusterkit.cluster.node_scripts import installed_python
 from clusterkit.cluster.plan import plan_spec, script_uploads, spec_data
-from clusterkit.cluster.prerequisites import CREATED_FOR_TAG, Prerequisites, planned, template_text, with_outputs
+from clusterkit.cluster.prerequisites import Prerequisites, planned, template_text, with_outputs
 from clusterkit.cluster.render import config_text, render_config, shared_dir
 from clusterkit.cluster.storage import StorageFate, storage_fates
 from clusterkit.cluster.validators import validate
@@ -524,13 +524,7 @@ class AwsCluster:
         if others:
             return f"cluster {', '.join(others)} uses it too"
         if live:
-            found = stacks.describe(self.aws, stack)
-            if found is None:
-                return "already gone"
-            if found["tags"].get(CREATED_FOR_TAG) != self.name:
-                return "made for another cluster"
-            users = stacks.users(self.aws, found["outputs"])
-            return f"still used by {', '.join(users[:3])}" if users else ""
+            return stacks.kept_because(self.aws, stack, self.name)
         kept = [fate for fate in fates or [] if fate.kept and ": not made by this cluster" not in fate.reason]
         if kept and prerequisites.network:
             return f"the kept {kept[0].description} lives in its network"

@@ -71,6 +71,18 @@ def users(aws: Aws, stack_outputs: dict[str, str]) -> list[str]:
     return [found[key] for key in sorted(found)]
 
 
+def kept_because(aws: Aws, stack: str, cluster: str) -> str:
+    """Why the prerequisites stack stays once `cluster` is gone, asking AWS ('' when it can go): already gone, made for
+    another cluster, or still used by something in its network."""
+    found = describe(aws, stack)
+    if found is None:
+        return "already gone"
+    if found["tags"].get(CREATED_FOR_TAG) != cluster:
+        return "made for another cluster"
+    in_use = users(aws, found["outputs"])
+    return f"still used by {', '.join(in_use[:3])}" if in_use else ""
+
+
 def delete(aws: Aws, stack: str, progress: Progress = quiet, poll_seconds: float = 15.0) -> None:
     from clusterkit.providers.aws.cloudformation import follow_stack  # lazy: a dry run follows no stack
 

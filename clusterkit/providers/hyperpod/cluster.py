@@ -610,19 +610,12 @@ class HyperPodCluster:
 
     def _network_kept_because(self, stack: str) -> str:
         """Why the prerequisites stack this create made stays once the cluster is gone ('' when it goes)."""
-        from clusterkit.cluster.prerequisites import CREATED_FOR_TAG
         from clusterkit.providers.aws import prerequisites as stacks
 
         others = self._others_using(stack)
         if others:
             return f"cluster {', '.join(others)} uses it too"
-        found = stacks.describe(self.aws, stack)
-        if found is None:
-            return "already gone"
-        if found["tags"].get(CREATED_FOR_TAG) != self.name:
-            return "made for another cluster"
-        users = stacks.users(self.aws, found["outputs"])
-        return f"still used by {', '.join(users[:3])}" if users else ""
+        return stacks.kept_because(self.aws, stack, self.name)
 
     def delete(self, progress: Progress = quiet, poll_seconds: float | None = None) -> None:
         from clusterkit.providers.aws.access import call
