@@ -7,38 +7,26 @@ processes and a scripted Slurm, for a node failure and for an application error,
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from clusterkit import runtime
 from clusterkit.jobs.render import render_sbatch
 from clusterkit.resilience import decisions
-from clusterkit.resilience import supervisor as supervisor_module
 from clusterkit.resilience.decisions import Action, Health, Kind, Outcome, decide
 from clusterkit.resilience.run_state import RunState
 from clusterkit.resilience.supervisor import Supervisor
 from clusterkit.slurm import REPLACE_REASON, Flavor
 
 from tests.fakes import ScriptedSlurm
+from tests.resilience.test_supervisor_decisions import in_a_job  # noqa: F401  (autouse: in a job)
+from tests.resilience.test_supervisor_decisions import supervise as supervise_on_slurm
 from tests.jobs.helpers import make_spec
 
 
-@pytest.fixture(autouse=True)
-def in_a_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SLURM_JOB_ID", "42")
-    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
-    monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-2]")
-    monkeypatch.setattr(supervisor_module, "REQUEUE_WAIT_S", 0.0)  # no Slurm here to end the script
-
-
 def supervise(tmp_path: Path, step: str, slurm: ScriptedSlurm, **settings: object) -> tuple[int, list[dict]]:
-    options = {"max_restarts": 3, "app_retries": 1, "hang_timeout": 0, "health_timeout": 10, "precheck": False,
-               "beacons": False, "flavor": Flavor.HYPERPOD}
-    options.update(settings)
-    code = Supervisor([sys.executable, "-c", step], tmp_path / "state", slurm=slurm, **options).run()
-    return code, runtime.read_decisions(tmp_path / "state" / "decisions.jsonl")
+    """The supervisor on HyperPod (test_supervisor_decisions' helper, in a job there too)."""
+    return supervise_on_slurm(tmp_path, step, slurm, **{"flavor": Flavor.HYPERPOD, **settings})
 
 
 def failures(tmp_path: Path) -> int:
