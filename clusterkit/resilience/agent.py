@@ -17,7 +17,8 @@ set by the supervisor):
   its batch script);
 - a job one of whose nodes it marked DOWN and that then stays COMPLETING on its other nodes (their step daemons
   report to the dead host) has those nodes let go (DOWN, then at once RESUME), where no other job runs on them, and
-  holds them in a reservation until those step daemons have given up (the requeued job must not meet them);
+  holds them in a reservation while a step of root's own ends those step daemons there (stale_steps.py; the requeued
+  job must not meet them), or, should that fail, until they have given up by themselves (6 x MessageTimeout);
 - a job it saw running that is now pending on its BeginTime within the credential lifetime of now (Slurm holds a
   requeued job until the credentials of its last run expire: `cred_expire`, 70 s on ParallelCluster) is released
   (`scontrol update JobId=X StartTime=now`), REVOCATION_MARGIN_S after the requeue. The launch credentials it waits
@@ -29,6 +30,7 @@ Each act is a JSON line in the log: what was seen, the evidence, what was done.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime as dt
 import json
 import math
@@ -41,7 +43,7 @@ from pathlib import Path
 from clusterkit import runtime
 from clusterkit.errors import ClusterkitError
 from clusterkit.lean_dataclass import lean_dataclass
-from clusterkit.resilience import beacon
+from clusterkit.resilience import beacon, stale_steps
 from clusterkit.resilience.node_marks import marks_for
 from clusterkit.slurm import Flavor, Slurm, flavor_of
 
@@ -62,6 +64,11 @@ COMPLETING_GRACE_S = 5.0
 # A node other than the batch host is the supervisor's to judge first; the agent, its backstop, waits this much
 # longer (a supervisor without the right to mark a node still gets it marked well within 15 s).
 BACKSTOP_S = beacon.SILENCE_S
+STALE_STEPS_JOB_NAME = "clusterkit-stale-steps"
+STALE_STEPS_TIMEOUT_S = 30.0  # a job start and a look at /proc, on a node no other job holds
+# slurmd's thread that ends the old run (_pause_for_job_completion) looks again every 10 s once it has waited 10 s,
+# and SIGKILLs whatever runs of that job id when it does: the requeued run's steps, were they there by then.
+SLURMD_TERMINATE_LOOP_S = 12.0
 
 
 @lean_dataclass(frozen=True)
@@ -84,6 +91,15 @@ class AgentEvent:
     job: str
     node: str = ""
     evidence: str = ""
+
+
+@lean_dataclass(frozen=True)
+class HeldBack:
+    """A node let go of a job, held in its reservation until its stale step daemon is surely gone."""
+
+    job_id: str
+    until: float  # monotonic
+    ended: str = ""  # the evidence that the agent ended the daemon, '' while it waits for it to give up
 
 
 def linger_reservation(job_id: str, node: str) -> str:
@@ -173,8 +189,7 @@ class Agent:
         self.expanded: dict[str, list[str]] = {}  # a compact node list -> its names
         self.seen_running: set[str] = set()
         self.marked: dict[tuple[str, str], float] = {}  # (job, node) -> when it was marked DOWN (monotonic)
-        # node let go of a job -> (the job, when its stale step daemon is surely gone)
-        self.held_back: dict[str, tuple[str, float]] = {}
+        self.held_back: dict[str, HeldBack] = {}  # node let go of a job -> until when it is held
         timeout = slurm_seconds(config.get("MessageTimeout", ""), 10)
         self.linger_s = PARENT_TRIES * timeout + 5
 
@@ -257,8 +272,9 @@ class Agent:
         step daemons report to the dead host (Slurm's reverse tree: MessageTimeout, 60 s on ParallelCluster, several
         times over). Once that lasts COMPLETING_GRACE_S, each such node that holds no other job is set DOWN and at
         once RESUMEd (the administrator's way to clear a job stuck completing), so that the requeued job can start,
-        then held in a reservation of its own until its stale step daemon has given up (`linger_s`): the requeued job,
-        the same job id, must not land there meanwhile (its first step's id would meet the stale one's, and fail). A
+        held meanwhile in a reservation of its own until its stale step daemon is gone, ended by a step of root's own
+        there or given up by itself (`linger_s`): the requeued job, the same job id, must not land there meanwhile
+        (Slurm's kill of the old run reaches the new run's tasks there, and its steps fail). A
         reservation, not a drain: ParallelCluster's clustermgtd replaces a drained idle node (terminate_drain_nodes),
         which would cost a healthy instance, and ignores reservations that are not its own (its
         StaticNode.is_state_healthy and _find_unhealthy_slurm_nodes); the reservation ends by itself."""
@@ -266,40 +282,75 @@ class Agent:
         if not marked or time.monotonic() - max(marked) < COMPLETING_GRACE_S or not job.nodes:
             return
         dead = {host for job_id, host in self.marked if job_id == job.job_id}
+        let_go_at = time.time()
+        let_go = []
         for node in self.slurm.hostnames(job.nodes):
             if node in dead or self._other_jobs_on(node, job.job_id):
                 continue
             reason = f"clusterkit agent: job {job.job_id} completing behind its dead node"
             try:
-                self.slurm.update_node(node, "DOWN", reason)
-                self.slurm.update_node(node, "RESUME")
+                # The reservation first: the requeued job, pending for these very nodes, would take one the moment
+                # it is RESUMEd, and meet the stale step daemon there.
                 self.slurm.run("scontrol", "create", "reservation",
                                f"ReservationName={linger_reservation(job.job_id, node)}", f"Nodes={node}",
                                "StartTime=now", f"Duration={math.ceil(self.linger_s / 60)}", "Users=root",
                                "Flags=IGNORE_JOBS")
+                self.slurm.update_node(node, "DOWN", reason)
+                self.slurm.update_node(node, "RESUME")
             except ClusterkitError as error:
                 self.record("let_go_failed", job=job.job_id, node=node, error=str(error))
                 continue
-            self.held_back[node] = (job.job_id, time.monotonic() + self.linger_s)
             self.record("let_go", job=job.job_id, node=node, evidence=reason)
+            let_go.append(node)
+        if let_go:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(let_go), 16)) as pool:
+                ended = list(pool.map(lambda node: self._end_stale_steps(job.job_id, node, let_go_at), let_go))
+            for node, evidence in zip(let_go, ended):
+                held_for = SLURMD_TERMINATE_LOOP_S if evidence else self.linger_s
+                self.held_back[node] = HeldBack(job.job_id, time.monotonic() + held_for, evidence)
         for key in [key for key in self.marked if key[0] == job.job_id]:
             self.marked[key] = time.monotonic()  # look again after another grace, not every loop
 
+    def _end_stale_steps(self, job_id: str, node: str, before: float) -> str:
+        """End the stale step daemons of `job_id` on `node` (held in its reservation: no other job is there) by a step
+        of root's own there; the evidence, or '' where that failed and the node waits them out (`linger_s`). The
+        agent's own Python runs it: clusterkit's virtualenv is on shared storage."""
+        partitions = self.slurm.run("sinfo", "-h", "-n", node, "-o", "%R", check=False).stdout.split()
+        command = ["srun", f"--reservation={linger_reservation(job_id, node)}", "-N1", "-n1", "-w", node, "--quiet",
+                   "--time=1", f"--job-name={STALE_STEPS_JOB_NAME}",
+                   *([f"--partition={','.join(partitions)}"] if partitions else []),
+                   sys.executable, "-m", stale_steps.__name__, job_id, f"--before={before:.3f}"]
+        try:
+            result = self.slurm.run(*command, check=False, timeout=STALE_STEPS_TIMEOUT_S)
+        except ClusterkitError as error:
+            self.record("end_stale_steps_failed", job=job_id, node=node, error=str(error)[:200])
+            return ""
+        if result.returncode != 0:
+            self.record("end_stale_steps_failed", job=job_id, node=node,
+                        error=(result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1][:200])
+            return ""
+        return f"its stale step daemons ended ({result.stdout.strip()[:200]})"
+
     def _return_held_back(self) -> None:
-        """Once a let-go node's stale step daemon is surely gone, end its reservation (whole minutes: it would end by
-        itself up to a minute later, or should the agent stop), and RESUME the node if Slurm drained it meanwhile for
-        that same stale step (it outlasted UnkillableStepTimeout)."""
-        due = [node for node, (_, when) in self.held_back.items() if time.monotonic() >= when]
+        """Once a let-go node's stale step daemon is surely gone (ended, and slurmd's own loop has seen it; or given up
+        by itself), end its reservation (whole minutes: it would end by itself up to a minute later, or should the
+        agent stop), and RESUME the node if Slurm drained it meanwhile for that same stale step (it outlasted
+        UnkillableStepTimeout)."""
+        due = [node for node, held in self.held_back.items() if time.monotonic() >= held.until]
         if not due:
             return
         states = {info.name: info for info in self.slurm.nodes()}
         for node in due:
-            job_id, _ = self.held_back.pop(node)
-            self.slurm.run("scontrol", "delete", f"ReservationName={linger_reservation(job_id, node)}", check=False)
+            held = self.held_back.pop(node)
+            self.slurm.run("scontrol", "delete", f"ReservationName={linger_reservation(held.job_id, node)}",
+                           check=False)
             info = states.get(node)
-            if info is not None and info.reason.startswith(UNKILLABLE_REASON):
+            drained_for_it = info is not None and info.reason.startswith(UNKILLABLE_REASON)
+            if drained_for_it:
                 self.slurm.update_node(node, "RESUME")
-                self.record("returned", job="", node=node, evidence="its stale step daemon has given up")
+            if held.ended or drained_for_it:
+                self.record("returned", job=held.job_id, node=node,
+                            evidence=held.ended or "its stale step daemon has given up")
 
     def _other_jobs_on(self, node: str, job_id: str) -> bool:
         result = self.slurm.run("squeue", "-h", "-a", "-w", node, "-o", "%A", check=False)

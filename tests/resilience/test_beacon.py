@@ -18,7 +18,7 @@ from clusterkit import runtime
 from clusterkit.slurm import SlurmCommandError
 from clusterkit.resilience import agent as agent_module
 from clusterkit.resilience import beacon
-from clusterkit.resilience.agent import Agent, QueuedJob, cred_expire_of, held_for_credentials, parse_queue
+from clusterkit.resilience.agent import Agent, HeldBack, QueuedJob, cred_expire_of, held_for_credentials, parse_queue
 from clusterkit.resilience.decisions import Budget, Health, Kind, Outcome, decide
 from clusterkit.slurm import NodeInfo
 
@@ -65,6 +65,7 @@ class ProbedSlurm:
         self.updates: list[tuple[str, str, str]] = []
         self.commands: list[tuple[str, ...]] = []
         self.on_node = ""  # squeue -w: what else runs there
+        self.stale_steps = (1, "", "srun: error: Unable to allocate resources: Requested reservation is invalid")
         self.drained_reason = ""
 
     def config(self) -> dict[str, str]:
@@ -76,6 +77,10 @@ class ProbedSlurm:
     def run(self, command: str, *args: str, check: bool = True, timeout: float | None = None,
             **_: object) -> subprocess.CompletedProcess[str]:
         self.commands.append((command, *args))
+        if command == "srun" and any(arg.startswith("--reservation=") for arg in args):
+            return subprocess.CompletedProcess([command], *self.stale_steps)
+        if command == "sinfo":
+            return subprocess.CompletedProcess([command], 0, "train\ndebug\n", "")
         if command == "srun":
             if self.answer == "timeout":
                 raise SlurmCommandError("`srun ...` did not answer within 3 s")
@@ -90,6 +95,7 @@ class ProbedSlurm:
 
     def update_node(self, node: str, state: str, reason: str = "") -> None:
         self.updates.append((node, state, reason))
+        self.commands.append(("update_node", node, state))
 
     def hostnames(self, node_list: str) -> list[str]:
         return node_list.split(",") if node_list else []
@@ -171,12 +177,19 @@ def test_the_agent_marks_a_silent_batch_host_down_then_lets_go_and_releases_the_
     agent.once()
     assert slurm.updates[1:] == [("n2", "DOWN", "clusterkit agent: job 7 completing behind its dead node"),
                                  ("n2", "RESUME", "")]
+    # A step of root's own in the node's reservation would end the stale step daemon; here it could not start, so
+    # the node waits it out.
+    [ender] = [command for command in slurm.commands if command[0] == "srun" and "--reservation" in command[1]]
+    assert ender[1:9] == ("--reservation=clusterkit-linger-7-n2", "-N1", "-n1", "-w", "n2", "--quiet", "--time=1",
+                          "--job-name=clusterkit-stale-steps")
+    assert ender[9:12] == ("--partition=train,debug", sys.executable, "-m") and ender[12:14] == (
+        "clusterkit.resilience.stale_steps", "7")
     assert agent.linger_s == 6 * 60 + 5  # MessageTimeout 60 s, tried six times by the stale step daemon
     # Held in a reservation of its own until then (a drained idle node is one clustermgtd replaces), which ends
     # by itself: 7 minutes cover the 365 s.
     assert ("scontrol", "create", "reservation", "ReservationName=clusterkit-linger-7-n2", "Nodes=n2",
             "StartTime=now", "Duration=7", "Users=root", "Flags=IGNORE_JOBS") in slurm.commands
-    agent.held_back["n2"] = ("7", 0.0)  # its time has come: the reservation ends, and the node was not drained
+    agent.held_back["n2"] = HeldBack("7", 0.0)  # its time has come: the reservation ends, and the node was not drained
     slurm.drained_reason = ""
     start = (dt.datetime.now() + dt.timedelta(seconds=71)).isoformat(timespec="seconds")
     slurm.queue_text = f"7|PENDING||BeginTime|{start}|(null)|{runtime.BEACONS_COMMENT_PREFIX}{beacons}\n"
@@ -189,16 +202,50 @@ def test_the_agent_marks_a_silent_batch_host_down_then_lets_go_and_releases_the_
     assert ("scontrol", "update", "JobId=7", "StartTime=now") in slurm.commands
     resumed = len([update for update in slurm.updates if update[1] == "RESUME"])
     assert ("scontrol", "delete", "ReservationName=clusterkit-linger-7-n2") in slurm.commands
-    agent.held_back["n2"] = ("7", 0.0)  # Slurm drained it itself meanwhile, for the same stale step: it returns
+    agent.held_back["n2"] = HeldBack("7", 0.0)  # Slurm drained it itself meanwhile, for the same stale step: it returns
     slurm.drained_reason = "Kill task failed"
     agent.once()
-    agent.held_back["n2"] = ("7", 0.0)  # drained by someone for something else: left alone
+    agent.held_back["n2"] = HeldBack("7", 0.0)  # drained by someone for something else: left alone
     slurm.drained_reason = "admin: bad DIMM"
     agent.once()
     assert [update for update in slurm.updates if update[1] == "RESUME"][resumed - 1:] == [("n2", "RESUME", "")] * 2
     events = [json.loads(line)["event"] for line in log.read_text().splitlines()]
-    assert events == ["marked_down", "requeued", "let_go", "released", "returned"]
+    assert events == ["marked_down", "requeued", "let_go", "end_stale_steps_failed", "released", "returned"]
     assert [event.event for event in agent_module.read_agent_log(log)] == events
+
+
+def test_a_let_go_node_whose_stale_step_daemons_were_ended_goes_back_once_slurmd_has_seen_them_go(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agent_module, "COMPLETING_GRACE_S", 0.0)
+    slurm = ProbedSlurm("timeout", queue=f"7|COMPLETING|n1|None|x|n2|{runtime.BEACONS_COMMENT_PREFIX}{tmp_path}\n")
+    slurm.on_node = "7\n"
+    slurm.stale_steps = (0, "stale_steps: job 7: 2 process(es) ended: 4711 4712\n", "")
+    log = tmp_path / "agent.jsonl"
+    agent = Agent(slurm, log, silence_s=0.1, probe_s=3)  # type: ignore[arg-type]
+    agent.marked[("7", "n1")] = 0.0  # its batch host, marked DOWN
+    before = time.time()
+    agent.once()
+    created = slurm.commands.index(("scontrol", "create", "reservation", "ReservationName=clusterkit-linger-7-n2",
+                                    "Nodes=n2", "StartTime=now", "Duration=7", "Users=root", "Flags=IGNORE_JOBS"))
+    [ender] = [i for i, command in enumerate(slurm.commands) if command[0] == "srun"]
+    # Reserved before it is let go: the requeued job, pending for it, would take it the moment it is RESUMEd.
+    assert created < slurm.commands.index(("update_node", "n2", "DOWN")) < slurm.commands.index(
+        ("update_node", "n2", "RESUME")) < ender
+    assert before - 0.001 <= float(slurm.commands[ender][-1].removeprefix("--before=")) <= time.time() + 0.001
+    # Held a little longer: slurmd's own loop ending the old run kills whatever of that job id runs there when it
+    # next looks (every 10 s), the requeued run included.
+    held = agent.held_back["n2"]
+    assert 0 < held.until - time.monotonic() <= agent_module.SLURMD_TERMINATE_LOOP_S < agent.linger_s
+    assert "2 process(es) ended" in held.ended
+    assert ("scontrol", "delete", "ReservationName=clusterkit-linger-7-n2") not in slurm.commands
+    agent.held_back["n2"] = HeldBack("7", 0.0, held.ended)
+    slurm.queue_text = ""
+    agent.once()
+    assert ("scontrol", "delete", "ReservationName=clusterkit-linger-7-n2") in slurm.commands
+    assert agent.held_back == {} and ("n2", "RESUME", "") == slurm.updates[-1]  # not RESUMEd twice
+    assert len([u for u in slurm.updates if u[1] == "RESUME"]) == 1
+    [returned] = [event for event in agent_module.read_agent_log(log) if event.event == "returned"]
+    assert returned.node == "n2" and returned.job == "7" and "2 process(es) ended" in returned.evidence
 
 
 def test_a_batch_host_that_answers_its_probe_is_left_alone(tmp_path: Path) -> None:

@@ -99,6 +99,33 @@ def test_a_frozen_batch_host_is_marked_down_by_the_agent_and_the_job_resumes_els
     assert spent["detection"] > 0 and spent["recovery"] > 0, spent
 
 
+def test_a_frozen_batch_host_of_a_job_with_a_spare_frees_its_other_nodes_at_once_and_the_job_resumes_within_45_s(
+        production_cluster, workdir, uninterrupted_digest):  # noqa: F811
+    # The requeued job needs 3 of the 3 nodes left, 2 of which hold step daemons that report to the frozen host and
+    # would wait for it 6 x MessageTimeout (360 s); the agent ends them and lets the nodes go at once.
+    cluster = production_cluster
+    handle = submit(job_from_dict(training_spec(spares=1)), cluster.name, workdir=workdir)
+    wait_for_log(handle, "checkpoint at step 20", timeout=120)
+    details = cluster.slurm().job_details(handle.job_id)
+    held, batch_host = cluster.slurm().hostnames(details["NodeList"]), details["BatchHost"]
+    frozen = time.time()
+    cluster.freeze_node(batch_host)
+    try:
+        assert handle.wait(timeout=240, poll=0.5) == "COMPLETED", handle.stdout()[-3000:]
+    finally:
+        thaw(cluster, batch_host)
+    acts = [event for event in read_agent_log(cluster.agent_log) if event.job == handle.job_id]
+    let_go = {event.node for event in acts if event.event == "let_go"}
+    returned = {event.node for event in acts if event.event == "returned"}
+    assert let_go == returned == set(held) - {batch_host}, acts
+    assert all("stale step daemons ended" in event.evidence for event in acts if event.event == "returned"), acts
+    log = handle.stdout()
+    assert started_again(log) - frozen <= 45, (log[-3000:], acts)  # waiting them out: 360 s and more
+    assert not [r for r in cluster.slurm().run("scontrol", "show", "reservation").stdout.splitlines()
+                if "clusterkit-linger" in r]
+    assert (workdir / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest
+
+
 def test_a_hung_rank_with_every_slurmd_alive_is_found_within_the_hang_timeout_and_the_step_retried(
         production_cluster, workdir, uninterrupted_digest):  # noqa: F811
     # Slurm and clustermgtd see nothing here (every slurmd answers); PyTorch's watchdog would wait 480-600 s.
