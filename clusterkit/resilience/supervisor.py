@@ -496,6 +496,10 @@ class Supervisor:
                     print(f"clusterkit supervisor: {', '.join(marked.values())}: saving and moving off it",
                           file=sys.stderr, flush=True)
                     self._stop_to_save(process, runtime.stop_request_file(heartbeats), STOP_GRACE_S)
+                    if process.returncode == 0 and every_rank_done(read_heartbeats(heartbeats)):
+                        # It finished its training meanwhile: nothing to move. HyperPod replaces the node once the
+                        # job has ended.
+                        return Outcome(0)
                     return Outcome(None, bad_nodes=tuple(marked.items()))
             gone = self._gone_nodes(watched)
             if gone and self.superseded():

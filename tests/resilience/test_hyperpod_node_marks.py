@@ -15,6 +15,7 @@ from clusterkit import slurm as slurm_module
 from clusterkit.resilience import agent as agent_module
 from clusterkit.resilience import beacon
 from clusterkit.resilience.agent import Agent, QueuedJob
+from clusterkit.resilience.heartbeat import HEARTBEAT_DIR_ENV, heartbeat
 from clusterkit.resilience.node_marks import NodeMark, marked_by_clusterkit, marks_for
 from clusterkit.resilience.supervisor import Supervisor
 from clusterkit.slurm import REPLACE_REASON, Flavor, Slurm, flavor_of
@@ -163,6 +164,31 @@ def test_a_step_node_hyperpod_marks_while_the_step_runs_on_has_the_ranks_save_th
     assert outcome.exit_code is None and [node for node, _ in outcome.bad_nodes] == ["n2"]
     assert reason in outcome.bad_nodes[0][1] and not outcome.unreachable
     assert slurm.marks == []  # HyperPod's mark stays as it is
+
+
+def test_a_step_that_finished_its_training_as_its_node_was_marked_is_not_moved(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch):
+    # The mark is read every MARK_CHECK_S: the last steps can run meanwhile. A finished run is not requeued for it.
+    from clusterkit.resilience import supervisor as supervisor_module
+
+    monkeypatch.setattr(supervisor_module, "MARK_CHECK_S", 0.0)
+    monkeypatch.setenv(HEARTBEAT_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    slurm = ScriptedSlurm(nodes=("n1", "n2"))
+    slurm.node_states["n2"] = ("failg", REPLACE_REASON)
+    supervisor = Supervisor(["true"], tmp_path / "state", 3, 1, 0, 10, False, slurm=slurm, flavor=Flavor.HYPERPOD)
+    # Its one rank (world 1) said it finished; asked to stop, it exits 0.
+    finished = subprocess.Popen([sys.executable, "-c", "import signal, sys, time; "
+                                 "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); time.sleep(60)"])
+    heartbeat(40, done=True)
+    outcome = supervisor._watch(finished, tmp_path, None, (), ("n1", "n2"))
+    assert outcome.exit_code == 0 and not outcome.bad_nodes
+    # One that has not finished is moved off the node, though it too exits 0 once it saved.
+    (tmp_path / "rank-00000.hb").unlink()
+    saved = subprocess.Popen(finished.args)
+    outcome = supervisor._watch(saved, tmp_path, None, (), ("n1", "n2"))
+    assert outcome.exit_code is None and [node for node, _ in outcome.bad_nodes] == ["n2"]
 
 
 def test_on_stock_slurm_the_supervisor_does_not_read_node_states_while_the_step_runs(tmp_path: Path,

@@ -65,7 +65,11 @@ def test_a_node_marked_for_hyperpods_replacement_is_replaced_once_the_job_left_i
     cluster = hyperpod_cluster
     assert cluster.describe().details["timings"]["replacement"] == "hyperpod"  # type: ignore[index]
     (tmp_path / "examples").symlink_to(REPO / "examples")
-    handle = submit(job_from_dict(training_spec()), cluster.name, workdir=tmp_path)  # 2 nodes: every node
+    spec = training_spec()
+    # The supervisor reads the marks every MARK_CHECK_S (5 s): the 20 steps left after the mark take longer than that,
+    # else the run can finish before it moves (and then rightly stays).
+    spec["env"]["STEP_SECONDS"] = "0.5"
+    handle = submit(job_from_dict(spec), cluster.name, workdir=tmp_path)  # 2 nodes: every node
     wait_for_log(handle, "checkpoint at step 20", timeout=120)
     assert state(cluster, "n2") in ("alloc", "mix")
     assert training_processes(cluster, "n2")
@@ -84,6 +88,7 @@ def test_a_node_marked_for_hyperpods_replacement_is_replaced_once_the_job_left_i
     log = handle.stdout()
     resumed_from = int(log.split("resuming from step ")[1].split()[0])
     assert "training: world 2, resuming from step " in log and resumed_from >= 20
+    assert "stopping at step " in log, log[-3000:]
     saved_at = int(log.split("stopping at step ")[1].split()[0])
     assert resumed_from == saved_at, log[-3000:]  # saved on the way off the node: no step lost
     assert (tmp_path / "run/final_weights.sha256").read_text().strip() == uninterrupted_digest
