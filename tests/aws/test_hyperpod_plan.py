@@ -161,14 +161,17 @@ def _cli(*args: str, home) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_dry_run_prints_the_request_whole_and_writes_nothing(tmp_path) -> None:
-    result = _cli("--name", "hp", "--preset", "trn1", "--execution-role", ROLE, "--subnet-id", "subnet-0abc",
+    subnet = "subnet-0abc1234def567890"
+    result = _cli("--name", "hp", "--preset", "trn1", "--execution-role", ROLE, "--subnet-id", subnet,
                   "--dry-run", "--output", "json", home=tmp_path)
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
-    assert shown["create_cluster_request"] == plan_of(name="hp", preset="trn1", execution_role=ROLE,
-                                                      subnet_id="subnet-0abc").details.request
-    assert shown["create_cluster_request"]["VpcConfig"]["Subnets"] == ["subnet-0abc"]
-    assert {f["rule"] for f in shown["findings"]} >= {"hyperpod.lustre", "hyperpod.vpc"}
+    planned = plan_of(name="hp", preset="trn1", execution_role=ROLE, subnet_id=subnet).details
+    assert shown["create_cluster_request"] == planned.request
+    assert shown["create_cluster_request"]["VpcConfig"]["Subnets"] == [subnet]
+    assert shown["create_file_system_request"] == planned.file_system_request
+    assert shown["create_file_system_request"]["SubnetIds"] == [subnet]
+    assert {f["rule"] for f in shown["findings"]} >= {"hyperpod.vpc"}
     assert len(shown["uploads"]) == 4 and list(tmp_path.iterdir()) == []
 
 
