@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from clusterkit.cluster.render import PLAIN_PATH_RE
 from clusterkit.findings import Finding, error, warning
 from clusterkit.providers.hyperpod.request import HyperPodDraft
 
@@ -16,7 +17,11 @@ def lustre(draft: HyperPodDraft) -> Iterator[Finding]:
             yield warning(f"storage.lustre[{index}]", f"clusterkit's HyperPod lifecycle script mounts one FSx for "
                           f"Lustre file system (storage.lustre[0]): this one on {fsx.mount_dir} is not "
                           f"{'made or ' if fsx.is_new else ''}mounted", "mount it from your own lifecycle step")
-        elif fsx.is_new and fsx.data_repository_associations:
+        elif not PLAIN_PATH_RE.fullmatch(fsx.mount_dir) or {".", ".."} & set(fsx.mount_dir.split("/")):
+            yield error(f"storage.lustre[{index}].mount_dir", "clusterkit's HyperPod lifecycle script mounts the file "
+                        "system only at a plain absolute path (letters, digits, . _ - and /; no . or .. segments)",
+                        "e.g. /fsx", fsx.mount_dir)
+        if index == 0 and fsx.is_new and fsx.data_repository_associations:
             yield error(f"storage.lustre[{index}].data_repository_associations", "the HyperPod provider does not "
                         "create data repository associations yet", "link the S3 prefixes once the file system "
                         "exists (aws fsx create-data-repository-association), or use import_path",
