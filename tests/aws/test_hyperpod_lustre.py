@@ -256,3 +256,35 @@ def test_the_cli_dry_runs_show_the_file_system_request_and_what_delete_keeps(tmp
     # Without --delete-storage, deleting storage is refused in one line before anything is asked of AWS.
     result = _cli(tmp_path, "delete-cluster", "hp", "--yes")
     assert result.returncode != 0 and file_system in result.stderr and len(result.stderr.strip().splitlines()) <= 2
+
+
+def test_a_kept_file_system_keeps_the_network_it_is_in(world) -> None:
+    aws = world["aws"]
+    fill_fsx(aws.client("fsx"))
+    provider = HyperPodProvider(aws=aws)
+    prepared = provider.prepare(provider.plan(ClusterRequest(name="hp", provider="hyperpod", preset="g5",
+                                                             execution_role=ROLE)))
+    assert prepared.ok and prepared.details.prepared.create_network
+    cluster = provider.apply(prepared, poll_seconds=0)
+    stack = cluster.state.prerequisites.stack
+    assert f"prerequisites stack {stack} (the kept file system is in its network)" in cluster.deletion().keeps
+    said: list[str] = []
+    cluster.delete(said.append, poll_seconds=0)
+    assert any(line.startswith(f"keeping prerequisites stack {stack} (FSx for Lustre "
+                               f"{cluster.state.lustre_file_system_id}, kept, is in its network") for line in said)
+    (found,) = aws.client("cloudformation").describe_stacks(StackName=stack)["Stacks"]
+    assert found["StackStatus"] == "CREATE_COMPLETE"
+
+
+def test_a_file_system_gone_while_creating_is_one_line(world) -> None:
+    aws = world["aws"]
+    fill_fsx(aws.client("fsx"))
+
+    def gone(parsed: dict[str, Any], **_: Any) -> None:
+        parsed["FileSystems"] = []  # as moto answers for an id it does not have
+
+    aws.client("fsx").meta.events.register("after-call.fsx.DescribeFileSystems", gone)
+    with pytest.raises(ClusterkitError) as raised:
+        created(world, [])
+    assert raised.value.message.endswith("of cluster 'hp' is gone: FSx no longer has it")
+    assert open_cluster("hp").state.lustre_created

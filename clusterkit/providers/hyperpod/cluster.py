@@ -4,15 +4,18 @@
     plan = provider.plan(ClusterRequest(name="train", provider="hyperpod", preset="p5", subnet_id="subnet-...",
                                         execution_role="arn:aws:iam::111122223333:role/hyperpod"))
     plan.details.request           # the exact keyword arguments of boto3's sagemaker.create_cluster, checked offline
+    plan.details.file_system_request  # fsx.create_file_system's, for a new FSx for Lustre (None: none), checked too
     plan = provider.prepare(plan)  # the caller, the subnets' VPC, the file system's names, the lifecycle bucket
-    cluster = provider.apply(plan) # the lifecycle set, the nodes' security group, CreateCluster, followed
+    cluster = provider.apply(plan) # the nodes' security group, the new file system, the lifecycle set, CreateCluster
     cluster.describe(); cluster.resize("train", 8); cluster.replace_nodes(["i-..."]); cluster.delete()
     cluster.reboot_nodes(["i-..."])
 
 Without --subnet-id the nodes go into clusterkit's prerequisites network (the ParallelCluster provider's stack,
 network only): one made earlier in the region whose zone offers every instance type, else a new one, which
-`delete-cluster` deletes with the cluster whose create made it once nothing else uses it. Not built yet, refused in
-one line: reaching the controller's Slurm from here (run clusterkit on the controller).
+`delete-cluster` deletes with the cluster whose create made it once nothing else uses it. A new FSx for Lustre file
+system goes into the nodes' first subnet and security group; it outlives the cluster unless its deletion_policy is
+Delete (as storage the ParallelCluster provider makes). Not built yet, refused in one line: reaching the controller's
+Slurm from here (run clusterkit on the controller).
 """
 
 from __future__ import annotations
@@ -165,6 +168,11 @@ class HyperPodProvider:
             if not dns_name or not mount_name:
                 findings.append(error("storage.lustre[0].file_system_id", "FSx reports no DNS or mount name for it",
                                       "wait until the file system is AVAILABLE", lustre.file_system_id))
+            elif not _lustre_names_fit(names):
+                findings.append(error("storage.lustre[0].file_system_id", "FSx reports a DNS name "
+                                      f"{shorten(dns_name)!r} and mount name {shorten(mount_name)!r} the lifecycle "
+                                      "script would refuse",
+                                      "check the file system in the FSx console", lustre.file_system_id))
             if network is not None and system.get("VpcId") != vpc_id:
                 findings.append(error("storage.lustre[0].file_system_id", f"the file system is in "
                                       f"{system.get('VpcId') or 'another VPC'}, not in clusterkit's prerequisites "
@@ -341,7 +349,8 @@ def _follow_file_system(aws: Aws, cluster: str, file_system_id: str, progress: P
     poll = POLL_SECONDS if poll_seconds is None else poll_seconds
     said = ""
     while True:
-        system = _call(aws, "fsx", "describe_file_systems", FileSystemIds=[file_system_id])["FileSystems"][0]
+        found = _call(aws, "fsx", "describe_file_systems", FileSystemIds=[file_system_id])["FileSystems"]
+        system = found[0] if found else {"Lifecycle": "gone", "FailureDetails": {"Message": "FSx no longer has it"}}
         lifecycle = str(system.get("Lifecycle") or "?")
         if lifecycle != said:
             progress(f"FSx for Lustre {file_system_id}: {lifecycle}")
@@ -356,14 +365,19 @@ def _follow_file_system(aws: Aws, cluster: str, file_system_id: str, progress: P
                                       "what it keeps; delete the file system with `aws fsx delete-file-system "
                                       f"--file-system-id {file_system_id}`")
         time.sleep(poll)
-    dns_name = str(system.get("DNSName") or "")
-    mount_name = str((system.get("LustreConfiguration") or {}).get("MountName") or "")
-    if not (_FSX_DNS_RE.fullmatch(dns_name) and _MOUNT_NAME_RE.fullmatch(mount_name)):
-        raise ClusterkitError(f"FSx for Lustre {file_system_id} gave a DNS name {shorten(dns_name)!r} and mount name "
-                              f"{shorten(mount_name)!r} the lifecycle script would refuse",
+    names = LustreNames(file_system_id, str(system.get("DNSName") or ""),
+                        str((system.get("LustreConfiguration") or {}).get("MountName") or ""))
+    if not _lustre_names_fit(names):
+        raise ClusterkitError(f"FSx for Lustre {file_system_id} gave a DNS name {shorten(names.dns_name)!r} and mount "
+                              f"name {shorten(names.mount_name)!r} the lifecycle script would refuse",
                               fix=f"check the file system in the FSx console; `clusterkit delete-cluster {cluster}` "
                                   "removes what the create made")
-    return LustreNames(file_system_id, dns_name, mount_name)
+    return names
+
+
+def _lustre_names_fit(names: LustreNames) -> bool:
+    """Whether the lifecycle script takes the names (on_create.sh checks them again on every node)."""
+    return bool(_FSX_DNS_RE.fullmatch(names.dns_name) and _MOUNT_NAME_RE.fullmatch(names.mount_name))
 
 
 def _files(plan: ClusterPlan[HyperPodPlanDetails]) -> dict[str, str]:
@@ -672,12 +686,11 @@ class HyperPodCluster:
 
     def deletion(self) -> DeletionPlan:
         deletes = [f"HyperPod cluster {self.name} in {self.state.region}: every node, its root and EBS volumes"]
-        file_system, lost = self.state.lustre_file_system_id, ()
+        file_system, lost, kept_group = self.state.lustre_file_system_id, (), ""
         if self.state.security_group_id and self._keeps_file_system():
             kept_group = (f"security group {self.state.security_group_id} (the kept file system's network interfaces "
                           "are in it; delete it once the file system is gone)")
         elif self.state.security_group_id:
-            kept_group = ""
             deletes.append(f"security group {self.state.security_group_id} (made for its nodes)")
         if file_system and self.state.lustre_created and not self._keeps_file_system():
             lost = (f"FSx for Lustre {file_system} and every file on it (made by this cluster's create; "
