@@ -155,3 +155,42 @@ def private_subnets(ec2: Any, *zones: str) -> dict[str, str]:
         made[zone] = ec2.create_subnet(VpcId=vpc, CidrBlock=f"172.31.{128 + 16 * index}.0/20",
                                        AvailabilityZone=zone)["Subnet"]["SubnetId"]
     return made
+
+
+def fill_fsx(client: Any, lifecycles: tuple[str, ...] = ("CREATING", "AVAILABLE"),
+             failure: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """FSx under moto with what moto 5.2 lacks, at the boto3 level: every FSx request is checked against botocore's
+    model before moto sees it (and recorded: the list returned holds (operation, request) as sent), and
+    DescribeFileSystems' answers get what moto leaves out: a `Lifecycle`, each file system going through `lifecycles`
+    one look at a time and staying at the last, FSx's `FailureDetails` (`failure`) when that is FAILED, and a Lustre
+    file system's `MountName`."""
+    import hashlib
+    import json
+
+    from clusterkit.providers.hyperpod.model import problems, service_model
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+    looks: dict[str, int] = {}
+    known = service_model("fsx").shape_for("FileSystemLifecycle").enum
+
+    def check(params: dict[str, Any], model: Any, **_: Any) -> None:
+        request = json.loads(params["body"] or b"{}")  # the request as sent (FSx speaks JSON)
+        assert problems(model.name, request, service="fsx") == [], problems(model.name, request, service="fsx")
+        sent.append((model.name, request))
+
+    def fill(parsed: dict[str, Any], **_: Any) -> None:
+        for system in parsed.get("FileSystems", []):
+            look = looks[system["FileSystemId"]] = looks.get(system["FileSystemId"], -1) + 1
+            lifecycle = lifecycles[min(look, len(lifecycles) - 1)]
+            assert lifecycle in known, lifecycle
+            system["Lifecycle"] = lifecycle
+            if lifecycle == "FAILED":
+                system["FailureDetails"] = {"Message": failure}
+            if system.get("FileSystemType") == "LUSTRE":
+                digest = hashlib.sha256(system["FileSystemId"].encode()).hexdigest()
+                mount_name = "".join(chr(ord("a") + int(c, 16)) for c in digest[:8])  # FSx's: 8 lowercase letters
+                system.setdefault("LustreConfiguration", {}).setdefault("MountName", mount_name)
+
+    client.meta.events.register("before-call.fsx", check)
+    client.meta.events.register("after-call.fsx.DescribeFileSystems", fill)
+    return sent

@@ -1,5 +1,6 @@
 """A HyperPod cluster without --subnet-id: clusterkit's own prerequisites network (the ParallelCluster provider's
-stack, network only), made or reused at create and deleted with the cluster that made it, under moto."""
+stack, network only), made or reused at create and deleted with the cluster that made it, under moto. The clusters are
+g5's, whose new FSx for Lustre file system goes with the cluster here (deletion_policy: Delete), so the network can."""
 
 from __future__ import annotations
 
@@ -24,14 +25,34 @@ def aws(aws_env, tmp_path, monkeypatch) -> Iterator[Any]:
 
     from clusterkit.providers.aws.access import Aws
 
+    from tests.aws.conftest import fill_fsx
+
     monkeypatch.setenv("CLUSTERKIT_HOME", str(tmp_path / "home"))
     with mock_aws():
-        yield Aws("us-east-1", boto3.Session(region_name="us-east-1"))
+        aws = Aws("us-east-1", boto3.Session(region_name="us-east-1"))
+        fill_fsx(aws.client("fsx"))  # g5's new file system: what moto's FSx leaves out
+        yield aws
 
 
-def created(aws: Any, name: str, said: list[str]) -> HyperPodCluster:
+@pytest.fixture
+def g5(tmp_path) -> str:
+    """g5's spec, its new file system deleted with the cluster."""
+    import dataclasses
+
+    import yaml
+
+    from clusterkit.cluster.presets import preset
+
+    spec = preset("g5")
+    spec.storage.lustre[0].deletion_policy = "Delete"
+    path = tmp_path / "g5-delete.yaml"
+    path.write_text(yaml.safe_dump(dataclasses.asdict(spec)))
+    return str(path)
+
+
+def created(aws: Any, name: str, said: list[str], spec_file: str) -> HyperPodCluster:
     provider = HyperPodProvider(aws=aws)
-    plan = provider.plan(ClusterRequest(name=name, provider="hyperpod", preset="g5", execution_role=ROLE))
+    plan = provider.plan(ClusterRequest(name=name, provider="hyperpod", spec_file=spec_file, execution_role=ROLE))
     assert plan.ok and plan.details.request["VpcConfig"]["Subnets"] == [PLACEHOLDER_SUBNET]
     assert any(f.rule == "hyperpod.vpc" and "prerequisites network" in f.message for f in plan.findings)
     prepared = provider.prepare(plan, said.append)
@@ -44,9 +65,9 @@ def stack_status(aws: Any, name: str) -> str | None:
     return next((stack["StackStatus"] for stack in stacks if stack["StackName"] == name), None)
 
 
-def test_without_a_subnet_a_network_of_its_own_is_made_used_and_deleted_with_the_cluster(aws) -> None:
+def test_without_a_subnet_a_network_of_its_own_is_made_used_and_deleted_with_the_cluster(aws, g5) -> None:
     provider = HyperPodProvider(aws=aws)
-    plan = provider.plan(ClusterRequest(name="hp", provider="hyperpod", preset="g5", execution_role=ROLE))
+    plan = provider.plan(ClusterRequest(name="hp", provider="hyperpod", spec_file=g5, execution_role=ROLE))
     prepared = provider.prepare(plan)
     facts = prepared.details.prepared
     assert facts.create_network and facts.network_stack == STACK.format(name="hp") and facts.vpc_id == ""
@@ -70,20 +91,23 @@ def test_without_a_subnet_a_network_of_its_own_is_made_used_and_deleted_with_the
     group = aws.client("ec2").describe_security_groups(GroupIds=[cluster.state.security_group_id])["SecurityGroups"][0]
     assert group["VpcId"] == outputs["VpcId"]
     assert cluster.state.prerequisites is not None and cluster.state.prerequisites.created
+    (system,) = aws.client("fsx").describe_file_systems()["FileSystems"]  # the new file system, in the network
+    assert system["SubnetIds"] == [outputs["PrivateSubnetId"]] and cluster.state.lustre_created
 
     deletion = cluster.deletion()
     assert any(item.startswith("prerequisites stack clusterkit-prerequisites-hp: its VPC, NAT gateway")
                for item in deletion.deletes)
     cluster.delete(said.append, poll_seconds=0)
     assert stack_status(aws, STACK.format(name="hp")) in (None, "DELETE_COMPLETE")
+    assert aws.client("fsx").describe_file_systems()["FileSystems"] == []
 
 
-def test_a_second_cluster_reuses_the_network_and_it_stays_while_either_uses_it(aws) -> None:
-    first = created(aws, "hp", [])
+def test_a_second_cluster_reuses_the_network_and_it_stays_while_either_uses_it(aws, g5) -> None:
+    first = created(aws, "hp", [], g5)
     outputs = {o["OutputKey"]: o["OutputValue"] for o in aws.client("cloudformation").describe_stacks(
         StackName=STACK.format(name="hp"))["Stacks"][0]["Outputs"]}
     provider = HyperPodProvider(aws=aws)
-    prepared = provider.prepare(provider.plan(ClusterRequest(name="hp2", provider="hyperpod", preset="g5",
+    prepared = provider.prepare(provider.plan(ClusterRequest(name="hp2", provider="hyperpod", spec_file=g5,
                                                              execution_role=ROLE)))
     facts = prepared.details.prepared
     assert not facts.create_network and facts.network_stack == STACK.format(name="hp")

@@ -70,13 +70,43 @@ def test_every_presets_request_passes_botocores_model_and_motos_create(name: str
     assert "OnStartDeepHealthChecks" not in groups["controller"]
     assert {group["ExecutionRole"] for group in groups.values()} == {ROLE}
     assert request["NodeRecovery"] == "Automatic"
+    # A new FSx for Lustre: FSx's CreateFileSystem, with the spec's settings, valid by botocore's fsx model.
+    file_system = plan.details.file_system_request
+    (lustre,) = spec.storage.lustre
+    assert (file_system is not None) == lustre.is_new
+    if file_system is not None:
+        validate_parameters(file_system, service_model("fsx").operation_model("CreateFileSystem").input_shape)
+        assert problems("CreateFileSystem", file_system, service="fsx") == []
+        assert file_system["FileSystemType"] == "LUSTRE"
+        assert file_system["StorageCapacity"] == lustre.effective_capacity_gib
+        assert file_system["LustreConfiguration"]["DeploymentType"] == lustre.effective_deployment_type
+        assert file_system["LustreConfiguration"].get("PerUnitStorageThroughput") == lustre.effective_throughput
+        assert {"Key": "clusterkit:cluster", "Value": "hp"} in file_system["Tags"]
     if name in MOTO_REFUSES:
         return
     with mock_aws():
         client = boto3.client("sagemaker", region_name=plan.details.region)
         client.create_cluster(**request)
         nodes = client.list_cluster_nodes(ClusterName=plan.name)["ClusterNodeSummaries"]
+        if file_system is not None:
+            boto3.client("fsx", region_name=plan.details.region).create_file_system(**file_system)
     assert len(nodes) == sum(group["InstanceCount"] for group in groups.values())
+
+
+def test_the_file_system_request_names_what_fsx_would_refuse(tmp_path) -> None:
+    plan = plan_of(spec_file=spec_file(tmp_path, **{"storage.lustre.0.name": "scratch space!",
+                                                     "tags": {"team": "ml"}}), execution_role=ROLE)
+    found = errors_of(plan)
+    assert "does not match the pattern" in found["create_file_system_request.Tags[0].Value"], found
+    assert plan.details.file_system_request["Tags"][:2] == [{"Key": "Name", "Value": "hp-scratch space!"},
+                                                            {"Key": "team", "Value": "ml"}]
+    # The spec's own rules for a new file system hold on HyperPod too.
+    found = errors_of(plan_of(spec_file=spec_file(tmp_path, **{"storage.lustre.0.storage_capacity_gib": 1000}),
+                              execution_role=ROLE))
+    assert "PERSISTENT_2 capacity must be 1200 or n × 2400 GiB" in found["storage.lustre[0].storage_capacity_gib"]
+    found = errors_of(plan_of(spec_file=spec_file(tmp_path, **{"storage.lustre.0.deletion_policy": "Keep"}),
+                              execution_role=ROLE))
+    assert "unknown deletion policy 'Keep'" in found["storage.lustre[0].deletion_policy"]
 
 
 def test_the_lifecycle_set_is_uploaded_under_one_hash_of_all_of_it(tmp_path, monkeypatch) -> None:
@@ -161,14 +191,17 @@ def _cli(*args: str, home) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_dry_run_prints_the_request_whole_and_writes_nothing(tmp_path) -> None:
-    result = _cli("--name", "hp", "--preset", "trn1", "--execution-role", ROLE, "--subnet-id", "subnet-0abc",
+    subnet = "subnet-0abc1234def567890"
+    result = _cli("--name", "hp", "--preset", "trn1", "--execution-role", ROLE, "--subnet-id", subnet,
                   "--dry-run", "--output", "json", home=tmp_path)
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
-    assert shown["create_cluster_request"] == plan_of(name="hp", preset="trn1", execution_role=ROLE,
-                                                      subnet_id="subnet-0abc").details.request
-    assert shown["create_cluster_request"]["VpcConfig"]["Subnets"] == ["subnet-0abc"]
-    assert {f["rule"] for f in shown["findings"]} >= {"hyperpod.lustre", "hyperpod.vpc"}
+    planned = plan_of(name="hp", preset="trn1", execution_role=ROLE, subnet_id=subnet).details
+    assert shown["create_cluster_request"] == planned.request
+    assert shown["create_cluster_request"]["VpcConfig"]["Subnets"] == [subnet]
+    assert shown["create_file_system_request"] == planned.file_system_request
+    assert shown["create_file_system_request"]["SubnetIds"] == [subnet]
+    assert {f["rule"] for f in shown["findings"]} >= {"hyperpod.vpc"}
     assert len(shown["uploads"]) == 4 and list(tmp_path.iterdir()) == []
 
 

@@ -4,15 +4,18 @@
     plan = provider.plan(ClusterRequest(name="train", provider="hyperpod", preset="p5", subnet_id="subnet-...",
                                         execution_role="arn:aws:iam::111122223333:role/hyperpod"))
     plan.details.request           # the exact keyword arguments of boto3's sagemaker.create_cluster, checked offline
+    plan.details.file_system_request  # fsx.create_file_system's, for a new FSx for Lustre (None: none), checked too
     plan = provider.prepare(plan)  # the caller, the subnets' VPC, the file system's names, the lifecycle bucket
-    cluster = provider.apply(plan) # the lifecycle set, the nodes' security group, CreateCluster, followed
+    cluster = provider.apply(plan) # the nodes' security group, the new file system, the lifecycle set, CreateCluster
     cluster.describe(); cluster.resize("train", 8); cluster.replace_nodes(["i-..."]); cluster.delete()
     cluster.reboot_nodes(["i-..."])
 
 Without --subnet-id the nodes go into clusterkit's prerequisites network (the ParallelCluster provider's stack,
 network only): one made earlier in the region whose zone offers every instance type, else a new one, which
-`delete-cluster` deletes with the cluster whose create made it once nothing else uses it. Not built yet, refused in
-one line: reaching the controller's Slurm from here (run clusterkit on the controller).
+`delete-cluster` deletes with the cluster whose create made it once nothing else uses it. A new FSx for Lustre file
+system goes into the nodes' first subnet and security group; it outlives the cluster unless its deletion_policy is
+Delete (as storage the ParallelCluster provider makes). Not built yet, refused in one line: reaching the controller's
+Slurm from here (run clusterkit on the controller).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from clusterkit.cluster.node_scripts import lifecycle_scripts, set_digest
 from clusterkit.cluster.plan import spec_data
 from clusterkit.cluster.prerequisites import Prerequisites
 from clusterkit.cluster.render import PLACEHOLDER_SUBNET
+from clusterkit.cluster.spec import DEFAULT_DELETION_POLICY
 from clusterkit.errors import AlreadyExists, ClusterkitError, NotFound
 from clusterkit.files import write_atomically
 from clusterkit.findings import Finding, error, shorten
@@ -51,14 +55,18 @@ from clusterkit.providers.base import (
 )
 from clusterkit.providers.hyperpod.plan import HyperPodClusterState, HyperPodPlanDetails, PreparedFacts
 from clusterkit.providers.hyperpod.request import (
+    CLUSTER_TAG,
     PARAMETERS_FILE,
     PLACEHOLDER_SECURITY_GROUP,
     HyperPodDraft,
+    LustreNames,
     create_cluster_request,
+    create_file_system_request,
     lifecycle_bucket,
     lifecycle_files,
     lifecycle_parameters,
     lifecycle_prefix,
+    lustre_of,
     parameters_text,
 )
 from clusterkit.providers.plan import ClusterPlan, ClusterRequest, Option, refuse_foreign_options
@@ -77,6 +85,9 @@ SECURITY_GROUP_NAME = "clusterkit-hyperpod-{name}"
 NETWORK = Prerequisites(network=True, database=False)  # accounting lives on the controller (on_create.sh)
 _NODE_ID_RE = re.compile(r"i-[a-f0-9]{8}(?:[a-f0-9]{9})?")  # botocore's ClusterNodeId
 _SLURM_NAME_RE = re.compile(r"ip(?:-(?:25[0-5]|2[0-4][0-9]|1?[0-9]{1,2})){4}")  # HyperPod's: ip- and the address
+# What the lifecycle script accepts (on_create.sh checks them again): an FSx DNS name and a Lustre mount name.
+_FSX_DNS_RE = re.compile(r"fs-[0-9a-f]{8,}\.fsx\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?")
+_MOUNT_NAME_RE = re.compile(r"[A-Za-z0-9_]{1,8}")
 _NODE_OPERATIONS = {NodeAction.REPLACE: "batch_replace_cluster_nodes", NodeAction.REBOOT: "batch_reboot_cluster_nodes"}
 # HyperPod's ClusterStatus -> the provider-neutral status the CLI shows for every provider.
 _STATUS = {"InService": "running", "Creating": "creating", "Updating": "updating", "SystemUpdating": "updating",
@@ -145,16 +156,23 @@ class HyperPodProvider:
                 findings.append(error("subnet_id", f"the subnets are in {len(vpcs)} VPCs", "give subnets of one VPC"))
             vpc_id = vpcs[0] if vpcs else ""
         dns_name = mount_name = ""
-        lustre = next((fsx for fsx in spec.storage.lustre if not fsx.is_new), None)
-        if lustre is not None:
+        names = None
+        lustre = lustre_of(spec)
+        if lustre is not None and lustre.file_system_id is not None:
             progress(f"looking up FSx for Lustre {lustre.file_system_id}")
             system = _call(aws, "fsx", "describe_file_systems",
                            FileSystemIds=[lustre.file_system_id])["FileSystems"][0]
             dns_name = system.get("DNSName") or ""
             mount_name = (system.get("LustreConfiguration") or {}).get("MountName") or ""
+            names = LustreNames(lustre.file_system_id, dns_name, mount_name)
             if not dns_name or not mount_name:
                 findings.append(error("storage.lustre[0].file_system_id", "FSx reports no DNS or mount name for it",
                                       "wait until the file system is AVAILABLE", lustre.file_system_id))
+            elif not _lustre_names_fit(names):
+                findings.append(error("storage.lustre[0].file_system_id", "FSx reports a DNS name "
+                                      f"{shorten(dns_name)!r} and mount name {shorten(mount_name)!r} the lifecycle "
+                                      "script would refuse",
+                                      "check the file system in the FSx console", lustre.file_system_id))
             if network is not None and system.get("VpcId") != vpc_id:
                 findings.append(error("storage.lustre[0].file_system_id", f"the file system is in "
                                       f"{system.get('VpcId') or 'another VPC'}, not in clusterkit's prerequisites "
@@ -163,7 +181,7 @@ class HyperPodProvider:
                                       lustre.file_system_id))
         bucket = lifecycle_bucket(spec, plan.details.execution_role)
         create_bucket = _bucket_missing(aws, bucket, caller["account"])
-        details, more = _details(spec, plan.details.execution_role, dns_name, mount_name)
+        details, more = _details(spec, plan.details.execution_role, names)
         details = dataclasses.replace(details, prepared=PreparedFacts(
             account=caller["account"], caller=caller["arn"], vpc_id=vpc_id, create_bucket=create_bucket,
             lustre_dns_name=dns_name or None, network_stack=network.stack if network else None,
@@ -193,8 +211,10 @@ class HyperPodProvider:
 
     def apply(self, plan: ClusterPlan[HyperPodPlanDetails], progress: Progress = quiet,
               poll_seconds: float | None = None) -> HyperPodCluster:
-        """Upload the lifecycle set, make the nodes' security group, create the cluster and follow it to InService.
-        The record is saved before anything is made, so `delete-cluster` can clean up a failed create."""
+        """Make the network (when it is clusterkit's own), the nodes' security group and a new FSx for Lustre file
+        system (followed to AVAILABLE, its names then in the lifecycle set), upload the lifecycle set, create the
+        cluster and follow it to InService. The record is saved before anything is made and names each thing as soon
+        as it exists, so `delete-cluster` finds what a failed create made."""
         from clusterkit.providers.aws.uploads import put_objects
 
         details, prepared = plan.details, plan.details.prepared
@@ -204,20 +224,15 @@ class HyperPodProvider:
         aws = self._aws_for(details.spec.region)
         directory = registry.cluster_dir(plan.name)
         directory.mkdir(parents=True, exist_ok=True)
-        for path, text in plan.files.items():
-            write_atomically(Path(path), text)
-        objects = {url: Path(path).read_bytes() for url, path in details.uploads.items()}
-        if f"/sha256-{set_digest({url.rsplit('/', 1)[-1]: data for url, data in objects.items()})}/" \
-                not in str(details.lifecycle_uri):
-            raise ClusterkitError("the lifecycle files changed since the plan was made", fix="plan again")
-        lustre = next((fsx for fsx in details.spec.storage.lustre if not fsx.is_new), None)
+        objects = _lifecycle_objects(plan)
+        lustre = lustre_of(details.spec)
         state = HyperPodClusterState(region=aws.region, request_file=str(directory / REQUEST_FILE),
                                      lustre_file_system_id=lustre.file_system_id if lustre else None,
+                                     lustre_deletion_policy=(lustre and lustre.deletion_policy) or
+                                     DEFAULT_DELETION_POLICY,
                                      lifecycle_uri=details.lifecycle_uri, queues=_queues(details.spec))
         record = registry.ClusterRecord(name=plan.name, provider=PROVIDER, created=_now(), details=state)
         registry.save(record)  # from here on, `delete-cluster` can remove what the create made
-        bucket = str(details.lifecycle_uri).split("/")[2]
-        put_objects(aws, bucket, prepared.account, objects, prepared.create_bucket, progress)
         vpc_id = prepared.vpc_id
         subnets = list(details.request["VpcConfig"]["Subnets"])  # type: ignore[index,call-overload]
         if prepared.network_stack:
@@ -231,11 +246,22 @@ class HyperPodProvider:
         group = _call(aws, "ec2", "create_security_group", GroupName=group_name, VpcId=vpc_id,
                       Description=f"clusterkit HyperPod cluster {plan.name}: all traffic among its nodes (EFA)",
                       TagSpecifications=[{"ResourceType": "security-group",
-                                          "Tags": [{"Key": "clusterkit:cluster", "Value": plan.name}]}])["GroupId"]
+                                          "Tags": [{"Key": CLUSTER_TAG, "Value": plan.name}]}])["GroupId"]
         state.security_group_id = group
         registry.save(record)
+        # All traffic within the group: EFA's, and FSx for Lustre's (TCP 988 and 1018-1023) between the nodes and the
+        # file system's network interfaces, which a new file system gets in this group.
         _call(aws, "ec2", "authorize_security_group_ingress", GroupId=group,
               IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]}])
+        if details.file_system_request is not None:
+            names = _make_file_system(aws, record, {**details.file_system_request, "SubnetIds": subnets[:1],
+                                                    "SecurityGroupIds": [group]}, progress, poll_seconds)
+            details = _details(details.spec, details.execution_role, names)[0]
+            state.lifecycle_uri = details.lifecycle_uri
+            registry.save(record)
+            objects = _lifecycle_objects(plan.replace(details=details, files=_files(plan.replace(details=details))))
+        bucket = str(details.lifecycle_uri).split("/")[2]
+        put_objects(aws, bucket, prepared.account, objects, prepared.create_bucket, progress)
         request = {**details.request, "VpcConfig": {"SecurityGroupIds": [group], "Subnets": subnets}}
         write_atomically(Path(state.request_file), json.dumps(request, indent=2) + "\n")
         progress(f"creating HyperPod cluster {plan.name!r} in {aws.region}")
@@ -267,22 +293,91 @@ class HyperPodProvider:
         return HyperPodCluster(record, aws=self._aws)
 
 
-def _details(spec: ClusterSpec, execution_role: str | None, lustre_dns_name: str = "",
-             lustre_mount_name: str = "") -> tuple[HyperPodPlanDetails, list[Finding]]:
-    """The request, the lifecycle set and HyperPod's findings for a spec (with the file system's names once known)."""
+def _details(spec: ClusterSpec, execution_role: str | None,
+             names: LustreNames | None = None) -> tuple[HyperPodPlanDetails, list[Finding]]:
+    """The requests, the lifecycle set and HyperPod's findings for a spec (with the file system's names once known).
+    A new file system goes into the cluster's first subnet (a placeholder until the network is known)."""
     from clusterkit.providers.hyperpod.rules import check  # lazy: the rules read botocore's model
 
-    parameters = lifecycle_parameters(spec, lustre_dns_name, lustre_mount_name)
+    parameters = lifecycle_parameters(spec, names)
     bucket = lifecycle_bucket(spec, execution_role)
     files = lifecycle_files(parameters)
     prefix = lifecycle_prefix(bucket, files)
     request = create_cluster_request(spec, execution_role, prefix)
-    findings = check(HyperPodDraft(spec, execution_role, request, bucket))
+    subnets: list = request["VpcConfig"]["Subnets"]  # type: ignore[index,call-overload,assignment]
+    file_system = create_file_system_request(spec, subnets[0])
+    findings = check(HyperPodDraft(spec, execution_role, request, bucket, file_system))
     shipped = {name: str(path) for name, path in lifecycle_scripts().items()}
     parameters_file = str(registry.cluster_dir(spec.name) / PARAMETERS_FILE)
     uploads = {prefix + name: shipped.get(name, parameters_file) for name in sorted(files)}
     return HyperPodPlanDetails(spec=spec, region=spec.region, request=request, lifecycle_uri=prefix, uploads=uploads,
-                               execution_role=execution_role, parameters_text=parameters_text(parameters)), findings
+                               execution_role=execution_role, parameters_text=parameters_text(parameters),
+                               file_system_request=file_system), findings
+
+
+def _lifecycle_objects(plan: ClusterPlan[HyperPodPlanDetails]) -> dict[str, bytes]:
+    """The lifecycle set to upload (s3:// URL -> bytes), its parameters file written first; refused when the set is
+    not the one the plan's prefix names (a shipped script changed since the plan was made)."""
+    for path, text in plan.files.items():
+        write_atomically(Path(path), text)
+    objects = {url: Path(path).read_bytes() for url, path in plan.details.uploads.items()}
+    if f"/sha256-{set_digest({url.rsplit('/', 1)[-1]: data for url, data in objects.items()})}/" \
+            not in str(plan.details.lifecycle_uri):
+        raise ClusterkitError("the lifecycle files changed since the plan was made", fix="plan again")
+    return objects
+
+
+def _make_file_system(aws: Aws, record: registry.ClusterRecord[HyperPodClusterState], request: JsonObject,
+                      progress: Progress, poll_seconds: float | None) -> LustreNames:
+    """Create the new FSx for Lustre file system, name it in the record at once (a later failure leaves it where
+    `delete-cluster` finds it), and follow it to AVAILABLE."""
+    lustre: dict = request["LustreConfiguration"]  # type: ignore[assignment]
+    progress(f"creating FSx for Lustre ({request['StorageCapacity']} GiB {lustre['DeploymentType']}) in "
+             f"{', '.join(request['SubnetIds'])}")  # type: ignore[arg-type]
+    system = _call(aws, "fsx", "create_file_system", **request)["FileSystem"]
+    record.details.lustre_file_system_id = str(system["FileSystemId"])
+    record.details.lustre_created = True
+    registry.save(record)
+    return _follow_file_system(aws, record.name, record.details.lustre_file_system_id, progress, poll_seconds)
+
+
+def _follow_file_system(aws: Aws, cluster: str, file_system_id: str, progress: Progress,
+                        poll_seconds: float | None) -> LustreNames:
+    """Poll the file system until it is AVAILABLE, saying each change of its lifecycle; any lifecycle but CREATING
+    and UPDATING on the way is one line with FSx's reason. Its names are checked as the lifecycle script checks
+    them."""
+    poll = POLL_SECONDS if poll_seconds is None else poll_seconds
+    said = ""
+    while True:
+        found = _call(aws, "fsx", "describe_file_systems", FileSystemIds=[file_system_id])["FileSystems"]
+        system = found[0] if found else {"Lifecycle": "gone", "FailureDetails": {"Message": "FSx no longer has it"}}
+        lifecycle = str(system.get("Lifecycle") or "?")
+        if lifecycle != said:
+            progress(f"FSx for Lustre {file_system_id}: {lifecycle}")
+            said = lifecycle
+        if lifecycle == "AVAILABLE":
+            break
+        if lifecycle not in ("CREATING", "UPDATING"):
+            reason = " ".join(str((system.get("FailureDetails") or {}).get("Message") or "FSx gave no reason").split())
+            raise ClusterkitError(f"FSx for Lustre {file_system_id} of cluster {cluster!r} is {lifecycle}: "
+                                  f"{shorten(reason, 500)}",
+                                  fix=f"`clusterkit delete-cluster {cluster}` removes what the create made and says "
+                                      "what it keeps; delete the file system with `aws fsx delete-file-system "
+                                      f"--file-system-id {file_system_id}`")
+        time.sleep(poll)
+    names = LustreNames(file_system_id, str(system.get("DNSName") or ""),
+                        str((system.get("LustreConfiguration") or {}).get("MountName") or ""))
+    if not _lustre_names_fit(names):
+        raise ClusterkitError(f"FSx for Lustre {file_system_id} gave a DNS name {shorten(names.dns_name)!r} and mount "
+                              f"name {shorten(names.mount_name)!r} the lifecycle script would refuse",
+                              fix=f"check the file system in the FSx console; `clusterkit delete-cluster {cluster}` "
+                                  "removes what the create made")
+    return names
+
+
+def _lustre_names_fit(names: LustreNames) -> bool:
+    """Whether the lifecycle script takes the names (on_create.sh checks them again on every node)."""
+    return bool(_FSX_DNS_RE.fullmatch(names.dns_name) and _MOUNT_NAME_RE.fullmatch(names.mount_name))
 
 
 def _files(plan: ClusterPlan[HyperPodPlanDetails]) -> dict[str, str]:
@@ -300,8 +395,10 @@ def _actions(plan: ClusterPlan[HyperPodPlanDetails]) -> tuple[str, ...]:
                  *(("choose clusterkit's prerequisites network: a prerequisites stack made earlier in the region whose "
                     "zone offers every instance type, else a new one (VPC, NAT gateway, private subnet) in the first "
                     "such zone",) if placeholder else ()),
-                 "look up the subnets' VPC (ec2 describe-subnets) and the FSx for Lustre file system's DNS and mount "
-                 "names (fsx describe-file-systems), and whether the lifecycle bucket exists")
+                 "look up the subnets' VPC (ec2 describe-subnets)" + (
+                     " and the FSx for Lustre file system's DNS and mount names (fsx describe-file-systems)"
+                     if details.spec is not None and lustre_of(details.spec) is not None
+                     and details.file_system_request is None else "") + ", and whether the lifecycle bucket exists")
         group = "create the nodes' security group in the subnets' VPC (all traffic within itself)"
         network: tuple[str, ...] = ()
     else:
@@ -313,7 +410,13 @@ def _actions(plan: ClusterPlan[HyperPodPlanDetails]) -> tuple[str, ...]:
         group = (f"create security group {SECURITY_GROUP_NAME.format(name=plan.name)} in "
                  f"{prepared.vpc_id or 'its VPC'} (all traffic within itself) and put its id in "
                  "VpcConfig.SecurityGroupIds")
-    return (*asked, *uploads, *network, group,
+    file_system: tuple[str, ...] = ()
+    if details.file_system_request is not None:
+        file_system = ("call fsx create_file_system with create_file_system_request (in the cluster's first subnet "
+                       "and the nodes' security group), name the file system in the cluster's record, follow it to "
+                       "AVAILABLE, and put its id, DNS and mount names in clusterkit-lifecycle.json (the lifecycle "
+                       "prefix's hash, and so each SourceS3Uri, changes with them)",)
+    return (*asked, *network, group, *file_system, *uploads,
             f"call sagemaker create_cluster with create_cluster_request and follow cluster {plan.name} to InService")
 
 
@@ -576,10 +679,23 @@ class HyperPodCluster:
                                       (f"; {len(done)} other(s) are being {verb.rstrip('e')}ed" if done else ""))
         return tuple(done)
 
+    def _keeps_file_system(self) -> bool:
+        """Whether a file system this cluster's create made outlives it (deletion_policy Retain, the default)."""
+        return (self.state.lustre_created and self.state.lustre_file_system_id is not None
+                and self.state.lustre_deletion_policy != "Delete")
+
     def deletion(self) -> DeletionPlan:
         deletes = [f"HyperPod cluster {self.name} in {self.state.region}: every node, its root and EBS volumes"]
-        if self.state.security_group_id:
+        file_system, lost, kept_group = self.state.lustre_file_system_id, (), ""
+        if self.state.security_group_id and self._keeps_file_system():
+            kept_group = (f"security group {self.state.security_group_id} (the kept file system's network interfaces "
+                          "are in it; delete it once the file system is gone)")
+        elif self.state.security_group_id:
             deletes.append(f"security group {self.state.security_group_id} (made for its nodes)")
+        if file_system and self.state.lustre_created and not self._keeps_file_system():
+            lost = (f"FSx for Lustre {file_system} and every file on it (made by this cluster's create; "
+                    "deletion_policy Delete)",)
+            deletes.insert(1, lost[0])
         network = self.state.prerequisites
         if network is None:
             keeps = ["the subnets and their VPC (the network is not the cluster's)"]
@@ -589,15 +705,56 @@ class HyperPodCluster:
             others = self._others_using(network.stack)
             if others:
                 keeps = [f"prerequisites stack {network.stack} (cluster {', '.join(others)} uses it too)"]
+            elif self._keeps_file_system():
+                keeps = [f"prerequisites stack {network.stack} (the kept file system is in its network)"]
             else:
                 keeps = []
                 deletes.append(f"prerequisites stack {network.stack}: its VPC, NAT gateway and subnets, made by this "
                                "cluster's create (kept if anything else is in its network by then)")
-        if self.state.lustre_file_system_id:
-            keeps.insert(0, f"FSx for Lustre {self.state.lustre_file_system_id} and every file on it")
+        if self._keeps_file_system():
+            keeps[:0] = [f"FSx for Lustre {file_system} and every file on it (made by this cluster's create; "
+                         f"deletion_policy {self.state.lustre_deletion_policy}: storage outlives the cluster)",
+                         *([kept_group] if kept_group else [])]
+        elif file_system and not self.state.lustre_created:
+            keeps.insert(0, f"FSx for Lustre {file_system} and every file on it")
         if self.state.lifecycle_uri:
             keeps.append(f"the lifecycle scripts at {self.state.lifecycle_uri}")
-        return DeletionPlan(self.name, tuple(deletes), tuple(keeps), confirm=True)
+        return DeletionPlan(self.name, tuple(deletes), tuple(keeps), confirm=True, storage_deleted=lost)
+
+    def _delete_file_system(self, file_system: str, progress: Progress, poll_seconds: float | None) -> None:
+        """Delete the file system this cluster's create made (deletion_policy Delete) and wait until it is gone, so
+        that its network interfaces leave the nodes' security group."""
+        poll = POLL_SECONDS if poll_seconds is None else poll_seconds
+        if self._file_system_lifecycle(file_system) is None:
+            return
+        progress(f"deleting FSx for Lustre {file_system} (deletion_policy Delete)")
+        _call(self.aws, "fsx", "delete_file_system", FileSystemId=file_system)
+        said = ""
+        while True:
+            lifecycle = self._file_system_lifecycle(file_system)
+            if lifecycle != said:
+                progress(f"FSx for Lustre {file_system}: {lifecycle or 'deleted'}")
+                said = lifecycle or ""
+            if lifecycle is None:
+                return
+            time.sleep(poll)
+
+    def _file_system_lifecycle(self, file_system: str) -> str | None:
+        """The file system's lifecycle; None when it is gone."""
+        from botocore.exceptions import ClientError
+
+        from clusterkit.providers.aws.access import call
+
+        try:
+            found = call(self.aws, "fsx", "describe_file_systems", FileSystemIds=[file_system])["FileSystems"]
+        except ClientError as failure:
+            reason = failure.response.get("Error", {})
+            if reason.get("Code") == "FileSystemNotFound":
+                return None
+            raise ClusterkitError(f"FSx refused DescribeFileSystems in {self.aws.region}: {reason.get('Code', '?')}: "
+                                  f"{reason.get('Message', '')}".strip(),
+                                  fix=f"retry `clusterkit delete-cluster {self.name}`") from None
+        return str(found[0].get("Lifecycle") or "?") if found else None
 
     def _others_using(self, stack: str) -> list[str]:
         """Other clusters whose records name the prerequisites stack (HyperPod or ParallelCluster ones)."""
@@ -615,6 +772,8 @@ class HyperPodCluster:
         others = self._others_using(stack)
         if others:
             return f"cluster {', '.join(others)} uses it too"
+        if self._keeps_file_system():
+            return f"FSx for Lustre {self.state.lustre_file_system_id}, kept, is in its network"
         return stacks.kept_because(self.aws, stack, self.name)
 
     def delete(self, progress: Progress = quiet, poll_seconds: float | None = None) -> None:
@@ -624,7 +783,13 @@ class HyperPodCluster:
             progress(f"deleting HyperPod cluster {self.name!r} in {self.state.region}")
             _call(self.aws, "sagemaker", "delete_cluster", ClusterName=self.name)
             self.follow(None, progress, poll_seconds)
-        if self.state.security_group_id:
+        file_system = self.state.lustre_file_system_id
+        if file_system and self._keeps_file_system():
+            progress(f"keeping FSx for Lustre {file_system} (deletion_policy {self.state.lustre_deletion_policy}) "
+                     f"and security group {self.state.security_group_id}, which its network interfaces are in")
+        elif file_system and self.state.lustre_created:
+            self._delete_file_system(file_system, progress, poll_seconds)
+        if self.state.security_group_id and not self._keeps_file_system():
             from botocore.exceptions import ClientError
 
             progress(f"deleting security group {self.state.security_group_id}")

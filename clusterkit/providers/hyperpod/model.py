@@ -1,4 +1,5 @@
-"""A SageMaker request checked offline against botocore's service model.
+"""An AWS request (SageMaker's CreateCluster, FSx's CreateFileSystem, ...) checked offline against botocore's
+service model.
 
 botocore's own `ParamValidator` checks what the client checks before sending: required members, unknown members,
 types and minimums. The service checks the rest (maximums, enums, patterns) only when the call is made; this walks
@@ -19,7 +20,7 @@ from clusterkit.lean_dataclass import lean_dataclass
 if TYPE_CHECKING:
     from botocore.model import ServiceModel, Shape
 
-SERVICE = "sagemaker"
+SERVICE = "sagemaker"  # the default service: HyperPod's calls are SageMaker's
 # Unicode property classes of AWS's patterns, which Python's re lacks: a value's letters, separators and numbers
 # are written as one representative of their class, and the pattern names that representative.
 _PROPERTIES = {r"\p{L}": ("a", "L"), r"\p{Z}": (" ", "Z"), r"\p{N}": ("0", "N")}
@@ -31,11 +32,11 @@ class ModelProblem:
     message: str
 
 
-@functools.lru_cache(maxsize=1)
-def service_model() -> ServiceModel:
+@functools.lru_cache(maxsize=None)
+def service_model(service: str = SERVICE) -> ServiceModel:
     import botocore.session  # lazy: only a HyperPod plan loads botocore's model
 
-    return botocore.session.get_session().get_service_model(SERVICE)
+    return botocore.session.get_session().get_service_model(service)
 
 
 def enum_of(operation: str, *path: str) -> tuple[str, ...]:
@@ -47,11 +48,11 @@ def enum_of(operation: str, *path: str) -> tuple[str, ...]:
     return tuple(shape.enum)
 
 
-def problems(operation: str, params: Mapping[str, object]) -> list[ModelProblem]:
-    """Every way `params` breaks the model of `operation`'s input; empty when SageMaker's model accepts them."""
+def problems(operation: str, params: Mapping[str, object], service: str = SERVICE) -> list[ModelProblem]:
+    """Every way `params` breaks the model of `operation`'s input; empty when the service's model accepts them."""
     from botocore.validate import ParamValidator
 
-    shape = service_model().operation_model(operation).input_shape
+    shape = service_model(service).operation_model(operation).input_shape
     report = ParamValidator().validate(dict(params), shape)
     found = [ModelProblem(_where(name, kind, extra), _message(kind, extra))
              for kind, name, extra in report._errors]

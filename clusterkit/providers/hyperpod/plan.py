@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import field
 
-from clusterkit.cluster.spec import ClusterSpec
+from clusterkit.cluster.spec import DEFAULT_DELETION_POLICY, ClusterSpec
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.providers.aws.plan import KeptStack
 from clusterkit.registry import JsonObject
@@ -16,8 +16,9 @@ from clusterkit.registry import JsonObject
 
 @lean_dataclass(frozen=True)
 class HyperPodPlanDetails:
-    """A HyperPod plan: the checked spec, the exact `create_cluster` keyword arguments, and the lifecycle set apply
-    uploads (s3:// URL -> local file) under `lifecycle_uri`."""
+    """A HyperPod plan: the checked spec, the exact `create_cluster` keyword arguments, the exact
+    `fsx.create_file_system` ones for a new FSx for Lustre, and the lifecycle set apply uploads (s3:// URL -> local
+    file) under `lifecycle_uri`."""
 
     spec: ClusterSpec | None = None
     region: str | None = None
@@ -27,6 +28,7 @@ class HyperPodPlanDetails:
     execution_role: str | None = None
     parameters_text: str | None = None  # clusterkit-lifecycle.json, one file of the set
     prepared: PreparedFacts | None = None  # None until the account was asked
+    file_system_request: JsonObject | None = None  # None: the spec mounts an existing file system, or none
 
     @property
     def complete(self) -> bool:
@@ -56,6 +58,12 @@ class HyperPodPlanDetails:
         if self.request is None:
             return ()
         lines = []
+        fsx = self.file_system_request
+        if fsx is not None:
+            lustre: dict = fsx["LustreConfiguration"]  # type: ignore[assignment]
+            throughput = lustre.get("PerUnitStorageThroughput")
+            lines.append(f"# new FSx for Lustre: {fsx['StorageCapacity']} GiB {lustre['DeploymentType']}"
+                         + (f", {throughput} MB/s per TiB" if throughput else ""))
         for group in self.request["InstanceGroups"]:  # type: ignore[union-attr]
             slurm: dict = group["SlurmConfig"]  # type: ignore[index,call-overload]
             partition = f", partition {slurm['PartitionNames'][0]}" if slurm.get("PartitionNames") else ""
@@ -68,8 +76,9 @@ class HyperPodPlanDetails:
         details: JsonObject = {"region": self.region, "lifecycle_uri": self.lifecycle_uri}
         if self.prepared is not None:
             details.update(prepared=True, **self.prepared.to_json())
-        return {"create_cluster_request": self.request, "uploads": dict(self.uploads),  # type: ignore[dict-item]
-                "details": details}
+        return {"create_cluster_request": self.request,
+                "create_file_system_request": self.file_system_request,
+                "uploads": dict(self.uploads), "details": details}  # type: ignore[dict-item]
 
 
 @lean_dataclass(frozen=True)
@@ -98,13 +107,17 @@ class PreparedFacts:
 @lean_dataclass
 class HyperPodClusterState:
     """What a HyperPod cluster's record keeps: where it is, its ARN, the request it was made with (its groups, for
-    resizing), the security group clusterkit made for it, what it mounts, and its partitions' instance types."""
+    resizing), the security group clusterkit made for it, what it mounts (`lustre_created`: the file system was made
+    by this cluster's create, and goes with the cluster only when `lustre_deletion_policy` is Delete), and its
+    partitions' instance types."""
 
     region: str
     request_file: str
     cluster_arn: str | None = None
     security_group_id: str | None = None
     lustre_file_system_id: str | None = None
+    lustre_created: bool = False
+    lustre_deletion_policy: str = DEFAULT_DELETION_POLICY
     lifecycle_uri: str | None = None
     queues: dict[str, list[str]] = field(default_factory=dict)
     prerequisites: KeptStack | None = None  # clusterkit's prerequisites network the nodes are in, when it chose it
@@ -112,6 +125,7 @@ class HyperPodClusterState:
     def to_json(self) -> JsonObject:
         return {"region": self.region, "request_file": self.request_file, "cluster_arn": self.cluster_arn,
                 "security_group_id": self.security_group_id, "lustre_file_system_id": self.lustre_file_system_id,
+                "lustre_created": self.lustre_created, "lustre_deletion_policy": self.lustre_deletion_policy,
                 "lifecycle_uri": self.lifecycle_uri,
                 "queues": {queue: list(types) for queue, types in self.queues.items()},  # type: ignore[dict-item]
                 "prerequisites": self.prerequisites.to_json() if self.prerequisites else None}
@@ -126,6 +140,8 @@ class HyperPodClusterState:
         prerequisites = data.get("prerequisites")
         return cls(region=str(data["region"]), request_file=str(data["request_file"]), cluster_arn=text("cluster_arn"),
                    security_group_id=text("security_group_id"), lustre_file_system_id=text("lustre_file_system_id"),
+                   lustre_created=data.get("lustre_created") is True,
+                   lustre_deletion_policy=text("lustre_deletion_policy") or DEFAULT_DELETION_POLICY,
                    lifecycle_uri=text("lifecycle_uri"),
                    queues={str(q): [str(t) for t in types] for q, types in queues.items()},  # type: ignore[union-attr]
                    prerequisites=KeptStack.from_json(prerequisites) if isinstance(prerequisites, dict) else None)

@@ -5,6 +5,10 @@ head node), a Login group per login pool, and a Compute group per compute resour
 partition. HyperPod runs every node all the time (it has no dynamic nodes), so a group holds the compute
 resource's `max_count` nodes. Every group runs clusterkit's lifecycle set from one S3 prefix named by the SHA-256
 of the whole set, the cluster's own parameters file among it.
+
+A new FSx for Lustre file system in the spec is FSx's `CreateFileSystem` request, the exact keyword arguments of
+boto3's `fsx.create_file_system`: made before the cluster, in its subnet and its nodes' security group, and mounted
+by its DNS and mount names as an existing one is.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import re
 from clusterkit import __version__
 from clusterkit.cluster import node_scripts
 from clusterkit.cluster.render import PLACEHOLDER_ACCOUNT, PLACEHOLDER_SUBNET, clusterkit_venv
-from clusterkit.cluster.spec import ROOT_VOLUME_ENROOT_DIR, ClusterSpec, ComputeSpec, QueueSpec
+from clusterkit.cluster.spec import ROOT_VOLUME_ENROOT_DIR, ClusterSpec, ComputeSpec, LustreSpec, QueueSpec
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.offerings import table
 from clusterkit.registry import JsonObject, JsonValue
@@ -32,6 +36,7 @@ PLACEHOLDER_SECURITY_GROUP = "sg-00000000000000000"
 NVME_DIR = "/opt/dlami/nvme"
 # On-start deep health checks: HyperPod runs them on GPU and Trainium instances (its deep health check docs).
 DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
+CLUSTER_TAG = "clusterkit:cluster"  # on what create makes for a cluster (security group, file system)
 _ROLE_RE = re.compile(r"arn:aws[a-z-]*:iam::(?P<account>\d{12}):role/.+")
 
 
@@ -87,11 +92,25 @@ def _has_nvme(instance_type: str) -> bool:
     return facts is not None and facts.instance_storage_gb > 0
 
 
-def lifecycle_parameters(spec: ClusterSpec, lustre_dns_name: str = "", lustre_mount_name: str = "") -> JsonObject:
+@lean_dataclass(frozen=True)
+class LustreNames:
+    """What the nodes mount a file system by: its id, DNS name and mount name, as FSx describes it."""
+
+    file_system_id: str
+    dns_name: str
+    mount_name: str
+
+
+def lustre_of(spec: ClusterSpec) -> LustreSpec | None:
+    """The FSx for Lustre file system the nodes mount: the spec's first (HyperPod's lifecycle mounts one)."""
+    return spec.storage.lustre[0] if spec.storage.lustre else None
+
+
+def lifecycle_parameters(spec: ClusterSpec, names: LustreNames | None = None) -> JsonObject:
     """What the lifecycle scripts read beside themselves: which group is which, what to mount and set up. The file
-    system's names are known once the plan is prepared (empty before)."""
+    system's names are known once the plan is prepared, or for a new one once it is made (empty before)."""
     sources = groups(spec)
-    lustre = next((fsx for fsx in spec.storage.lustre if not fsx.is_new), None)
+    lustre = lustre_of(spec)
     accounting = spec.slurm.accounting
     nvme = [source.name for source in sources if _has_nvme(source.instance_type)]
     clusterkit: JsonValue = None
@@ -100,8 +119,9 @@ def lifecycle_parameters(spec: ClusterSpec, lustre_dns_name: str = "", lustre_mo
     return {
         "controller_group": CONTROLLER_GROUP,
         "login_groups": [source.name for source in sources if source.node_type == "Login"],
-        "lustre": ({"file_system_id": lustre.file_system_id, "dns_name": lustre_dns_name,
-                    "mount_name": lustre_mount_name, "mount_dir": lustre.mount_dir} if lustre is not None else None),
+        "lustre": ({"file_system_id": names.file_system_id if names else lustre.file_system_id or "",
+                    "dns_name": names.dns_name if names else "", "mount_name": names.mount_name if names else "",
+                    "mount_dir": lustre.mount_dir} if lustre is not None else None),
         "accounting": accounting is not None and accounting.create,
         "enroot_dir": f"{NVME_DIR}/enroot" if spec.pyxis.enabled else None,
         "enroot_root_volume_dir": ROOT_VOLUME_ENROOT_DIR if spec.pyxis.enabled else None,
@@ -166,6 +186,31 @@ def _group(source: GroupSource, spec: ClusterSpec, execution_role: str, source_s
     return group
 
 
+def create_file_system_request(spec: ClusterSpec, subnet: str = PLACEHOLDER_SUBNET,
+                               security_group: str = PLACEHOLDER_SECURITY_GROUP) -> JsonObject | None:
+    """The keyword arguments of `fsx.create_file_system` for the spec's new FSx for Lustre (None: the spec mounts an
+    existing one, or none), with its settings as the ParallelCluster provider renders them, defaults included. The
+    subnet and security group are placeholders until the network is known."""
+    fsx = lustre_of(spec)
+    if fsx is None or not fsx.is_new:
+        return None
+    lustre: JsonObject = {"DeploymentType": fsx.effective_deployment_type}
+    settings = (("PerUnitStorageThroughput", fsx.effective_throughput), ("DataCompressionType", fsx.data_compression),
+                ("ImportPath", fsx.import_path), ("ExportPath", fsx.export_path),
+                ("AutoImportPolicy", fsx.auto_import_policy), ("ImportedFileChunkSize", fsx.imported_file_chunk_size))
+    lustre.update({key: value for key, value in settings if value is not None})
+    tags = {"Name": f"{spec.name}-{fsx.name}", **spec.tags, CLUSTER_TAG: spec.name}
+    return {
+        "FileSystemType": "LUSTRE",
+        "StorageCapacity": fsx.effective_capacity_gib,
+        "StorageType": "SSD",
+        "SubnetIds": [subnet],
+        "SecurityGroupIds": [security_group],
+        "LustreConfiguration": lustre,
+        "Tags": [{"Key": key, "Value": value} for key, value in tags.items()],  # type: ignore[misc]
+    }
+
+
 @lean_dataclass(frozen=True)
 class HyperPodDraft:
     """What HyperPod's rules judge: the spec, the execution role given, and the request built from them."""
@@ -174,6 +219,7 @@ class HyperPodDraft:
     execution_role: str | None
     request: JsonObject
     bucket: str
+    file_system_request: JsonObject | None = None  # CreateFileSystem's, for a new FSx for Lustre
 
     @property
     def groups(self) -> list[GroupSource]:

@@ -1,4 +1,5 @@
-"""The request against botocore's model of CreateCluster: types, required members, ranges, enums, patterns."""
+"""The requests against botocore's models: SageMaker's CreateCluster and, for a new file system, FSx's
+CreateFileSystem (types, required members, ranges, enums, patterns)."""
 
 from __future__ import annotations
 
@@ -16,3 +17,12 @@ def create_cluster_model(draft: HyperPodDraft) -> Iterator[Finding]:
             continue  # instances.hyperpod_instance_types names the spec field, with HyperPod's types of the family
         yield error(f"create_cluster_request.{problem.path}", f"SageMaker's model refuses it: {problem.message}",
                     "change the spec field it comes from")
+
+
+def create_file_system_model(draft: HyperPodDraft) -> Iterator[Finding]:
+    if draft.file_system_request is None:
+        return
+    for problem in model.problems("CreateFileSystem", draft.file_system_request, service="fsx"):
+        fix = ("give --subnet-id a subnet's id (subnet- and 8 or 17 hex digits)" if problem.path.startswith("SubnetIds")
+               else "change the storage.lustre[0] field (or tag) it comes from")
+        yield error(f"create_file_system_request.{problem.path}", f"FSx's model refuses it: {problem.message}", fix)
