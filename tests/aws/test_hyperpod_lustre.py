@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,17 +24,10 @@ ROLE = "arn:aws:iam::123456789012:role/hyperpod"
 
 
 @pytest.fixture
-def world(aws_env, tmp_path, monkeypatch) -> Iterator[dict[str, Any]]:
-    import boto3
-    from moto import mock_aws
-
-    from clusterkit.providers.aws.access import Aws
-
+def world(aws, tmp_path, monkeypatch) -> dict[str, Any]:  # noqa: ANN001
     monkeypatch.setenv("CLUSTERKIT_HOME", str(tmp_path / "home"))
-    with mock_aws():
-        aws = Aws("us-east-1", boto3.Session(region_name="us-east-1"))
-        subnet = aws.client("ec2").describe_subnets()["Subnets"][0]["SubnetId"]
-        yield {"aws": aws, "subnet": subnet, "home": tmp_path / "home", "tmp": tmp_path}
+    subnet = aws.client("ec2").describe_subnets()["Subnets"][0]["SubnetId"]
+    return {"aws": aws, "subnet": subnet, "home": tmp_path / "home", "tmp": tmp_path}
 
 
 def spec_file(world: dict[str, Any], **lustre: object) -> str:

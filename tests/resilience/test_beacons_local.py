@@ -11,11 +11,12 @@ from collections.abc import Iterator
 import pytest
 
 from clusterkit import ClusterRequest, create_cluster, runtime
+from clusterkit.jobs.handle import JobHandle
 from clusterkit.jobs.recoveries import parse_tries
 from clusterkit.jobs.spec import job_from_dict
 from clusterkit.jobs.submit import submit
 from clusterkit.providers.local.cluster import LocalCluster
-from clusterkit.resilience.agent import read_agent_log
+from clusterkit.resilience.agent import AgentEvent, read_agent_log
 
 from tests.resilience.resilience_helpers import assert_the_ledger_adds_up
 from tests.resilience.test_recovery_local import decisions, training_spec, wait_for_log, workdir  # noqa: F401
@@ -38,18 +39,34 @@ def started_again(log: str) -> float:
     return float(re.findall(r"starting the step \(attempt [^)]*\) on \S+ at ([\d.]+)", log)[-1])
 
 
+def with_a_spare_past_step_20(cluster: LocalCluster, workdir) -> tuple[JobHandle, list[str], str]:  # noqa: ANN001
+    """The training on 2 nodes and a spare, once it saved at step 20: its handle, the nodes it holds, its batch host."""
+    handle = submit(job_from_dict(training_spec(spares=1)), cluster.name, workdir=workdir)
+    wait_for_log(handle, "checkpoint at step 20", timeout=120)
+    details = cluster.slurm().job_details(handle.job_id)
+    return handle, cluster.slurm().hostnames(details["NodeList"]), details["BatchHost"]
+
+
 def thaw(cluster: LocalCluster, node: str) -> None:
     cluster.thaw_node(node)
     cluster.slurm().update_node(node, "RESUME")
 
 
+def frozen_until_done(cluster: LocalCluster, handle: JobHandle, node: str) -> tuple[float, list[AgentEvent]]:
+    """Freeze `node` until the job completes: when it froze, and what the agent did about the job."""
+    frozen = time.time()
+    cluster.freeze_node(node)
+    try:
+        assert handle.wait(timeout=240, poll=0.5) == "COMPLETED", handle.stdout()[-3000:]
+    finally:
+        thaw(cluster, node)
+    return frozen, [event for event in read_agent_log(cluster.agent_log) if event.job == handle.job_id]
+
+
 def test_a_frozen_step_node_is_marked_down_and_the_spare_takes_over_within_20_s(
         production_cluster, workdir, uninterrupted_digest):  # noqa: F811
     cluster = production_cluster
-    handle = submit(job_from_dict(training_spec(spares=1)), cluster.name, workdir=workdir)
-    wait_for_log(handle, "checkpoint at step 20", timeout=120)
-    details = cluster.slurm().job_details(handle.job_id)
-    held, batch_host = cluster.slurm().hostnames(details["NodeList"]), details["BatchHost"]
+    handle, held, batch_host = with_a_spare_past_step_20(cluster, workdir)
     (victim,) = [node for node in held[:2] if node != batch_host]
     frozen = time.time()
     cluster.freeze_node(victim)
@@ -75,13 +92,7 @@ def test_a_frozen_batch_host_is_marked_down_by_the_agent_and_the_job_resumes_els
     handle = submit(job_from_dict(training_spec()), cluster.name, workdir=workdir)
     wait_for_log(handle, "checkpoint at step 20", timeout=120)
     batch_host = cluster.slurm().job_details(handle.job_id)["BatchHost"]
-    frozen = time.time()
-    cluster.freeze_node(batch_host)
-    try:
-        assert handle.wait(timeout=240, poll=0.5) == "COMPLETED", handle.stdout()[-3000:]
-    finally:
-        thaw(cluster, batch_host)
-    acts = [event for event in read_agent_log(cluster.agent_log) if event.job == handle.job_id]
+    frozen, acts = frozen_until_done(cluster, handle, batch_host)
     marked = [event for event in acts if event.event == "marked_down"]
     assert [event.node for event in marked] == [batch_host], acts
     assert marked[0].unix - frozen <= 15 and "liveness beacon silent" in marked[0].evidence
@@ -104,17 +115,8 @@ def test_a_frozen_batch_host_of_a_job_with_a_spare_frees_its_other_nodes_at_once
     # The requeued job needs 3 of the 3 nodes left, 2 of which hold step daemons that report to the frozen host and
     # would wait for it 6 x MessageTimeout (360 s); the agent ends them and lets the nodes go at once.
     cluster = production_cluster
-    handle = submit(job_from_dict(training_spec(spares=1)), cluster.name, workdir=workdir)
-    wait_for_log(handle, "checkpoint at step 20", timeout=120)
-    details = cluster.slurm().job_details(handle.job_id)
-    held, batch_host = cluster.slurm().hostnames(details["NodeList"]), details["BatchHost"]
-    frozen = time.time()
-    cluster.freeze_node(batch_host)
-    try:
-        assert handle.wait(timeout=240, poll=0.5) == "COMPLETED", handle.stdout()[-3000:]
-    finally:
-        thaw(cluster, batch_host)
-    acts = [event for event in read_agent_log(cluster.agent_log) if event.job == handle.job_id]
+    handle, held, batch_host = with_a_spare_past_step_20(cluster, workdir)
+    frozen, acts = frozen_until_done(cluster, handle, batch_host)
     let_go = {event.node for event in acts if event.event == "let_go"}
     returned = {event.node for event in acts if event.event == "returned"}
     assert let_go == returned == set(held) - {batch_host}, acts
