@@ -243,3 +243,71 @@ def test_the_create_dry_run_says_how_the_controller_will_be_reached(tmp_path, mo
     assert code == 0 and "submit jobs from here through the controller: ssh ubuntu@INSTANCEID" in err
     code, out, err = run(capsys, *args[:-2], "/keys/k\n$(touch /tmp/pwned).pem", "--dry-run")
     assert code == 1 and "identity_file: holds the control character U+000A" in err
+
+
+# A stand-in for `aws ssm start-session`: it checks the arguments ssh's ProxyCommand gives it, records them, and joins
+# its standard input and output to the local cluster's sshd, as Session Manager joins them to the node's port 22.
+FAKE_SSM = '''#!{python}
+import socket, sys, threading
+expected = ["ssm", "start-session", "--target", {target!r}, "--region", "us-east-1",
+            "--document-name", "AWS-StartSSHSession", "--parameters", "portNumber=22"]
+with open({log!r}, "a") as log:
+    log.write(repr(sys.argv[1:]) + "\\n")
+if sys.argv[1:] != expected:
+    sys.exit("not the start-session clusterkit should ask for")
+peer = socket.create_connection(("127.0.0.1", {port}))
+
+def back():
+    while data := peer.recv(65536):
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+
+reader = threading.Thread(target=back, daemon=True)
+reader.start()
+while data := sys.stdin.buffer.read1(65536):
+    peer.sendall(data)
+peer.shutdown(socket.SHUT_WR)
+reader.join()
+'''
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_slurm_answers_through_the_proxy_command_on_a_real_sshd(hyperpod, local_cluster, monkeypatch) -> None:
+    """The whole path but SSM itself: ssh runs the ProxyCommand clusterkit built, which reaches a real sshd (the
+    local cluster's) and its Slurm; the host key is kept under the controller's instance id."""
+    import subprocess
+    import sys
+
+    from clusterkit.providers.hyperpod import controller as controller_module
+    from clusterkit.transport import read_bytes, write_bytes
+
+    local = local_cluster.ssh_target()
+    log = hyperpod["tmp"] / "ssm.log"
+    fake = hyperpod["tmp"] / "ssm-bin" / "aws"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_SSM.format(python=sys.executable, target=TARGET, log=str(log), port=local.port))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", tools(fake.parent, "session-manager-plugin") + os.pathsep + os.environ["PATH"])
+    monkeypatch.setattr(controller_module, "CONTROLLER_USER", local.user)  # the local sshd's user, not ubuntu
+    record = registry.load("hp")
+    registry.save(registry.ClusterRecord("hp", "hyperpod", record.created,
+                                         {**record.details, "identity_file": local.identity_file}))
+    slurm = open_cluster("hp").slurm()
+    try:
+        assert slurm.ping()
+        partitions = slurm.run("sinfo", "-h", "-o", "%P|%D").stdout.split()
+        assert partitions and partitions == local_cluster.slurm().run("sinfo", "-h", "-o", "%P|%D").stdout.split()
+        there = f"/tmp/ck-hp-{os.getpid()}/probe"
+        write_bytes(slurm.transport, there, b"through ssm\n")
+        assert read_bytes(slurm.transport, there) == b"through ssm\n"
+        slurm.transport.run(["rm", "-rf", "--", os.path.dirname(there)])
+    finally:
+        slurm.transport.close()
+    assert log.read_text().splitlines()[0] == repr(["ssm", "start-session", "--target", TARGET, "--region",
+                                                    "us-east-1", "--document-name", "AWS-StartSSHSession",
+                                                    "--parameters", "portNumber=22"])
+    # Trusted on first use, under the controller's instance id, in the cluster's own file (hashed or not).
+    known = subprocess.run(["ssh-keygen", "-F", CONTROLLER, "-f", str(registry.cluster_dir("hp") / "known_hosts")],
+                           capture_output=True, text=True)
+    assert known.returncode == 0 and "ssh-ed25519" in known.stdout
