@@ -311,3 +311,46 @@ def test_slurm_answers_through_the_proxy_command_on_a_real_sshd(hyperpod, local_
     known = subprocess.run(["ssh-keygen", "-F", CONTROLLER, "-f", str(registry.cluster_dir("hp") / "known_hosts")],
                            capture_output=True, text=True)
     assert known.returncode == 0 and "ssh-ed25519" in known.stdout
+
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIF1b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ"
+
+
+def _dry_run(capsys, tmp_path: Path, key: Path) -> tuple[int, dict[str, Any], str]:
+    code, out, err = run(capsys, "create-cluster", "--provider", "hyperpod", "--preset", "p5", "--name", "train",
+                         "--execution-role", "arn:aws:iam::111122223333:role/hyperpod", "--identity-file", str(key),
+                         "--dry-run", "--output", "json")
+    return code, json.loads(out), err
+
+
+def test_the_public_key_beside_the_identity_file_goes_to_the_lifecycle_without_its_comment(tmp_path, monkeypatch,
+                                                                                         capsys) -> None:
+    monkeypatch.setenv("CLUSTERKIT_HOME", str(tmp_path / "home"))
+    key = tmp_path / "my key"
+    key.write_text("private")
+    key.with_name("my key.pub").write_text(f"{KEY} me@laptop; $(touch /tmp/pwned)\n")
+    code, shown, err = _dry_run(capsys, tmp_path, key)
+    assert code == 0, err
+    (parameters,) = [json.loads(text) for path, text in shown["files"].items()
+                     if path.endswith("clusterkit-lifecycle.json")]
+    assert parameters["authorized_keys"] == [KEY]
+
+    key.with_name("my key.pub").write_text("command=\"touch /tmp/pwned\" " + KEY + "\n")
+    code, shown, _ = _dry_run(capsys, tmp_path, key)
+    (finding,) = [f for f in shown["findings"] if f["path"] == "identity_file"]
+    assert code == 1 and finding["level"] == "error" and "does not hold an OpenSSH public key" in finding["message"]
+
+    key.with_name("my key.pub").unlink()
+    code, shown, _ = _dry_run(capsys, tmp_path, key)
+    (finding,) = [f for f in shown["findings"] if f["path"] == "identity_file"]
+    assert code == 0 and finding["level"] == "warning" and "ssh-keygen -y -f" in finding["fix"]
+    (parameters,) = [json.loads(text) for path, text in shown["files"].items()
+                     if path.endswith("clusterkit-lifecycle.json")]
+    assert parameters["authorized_keys"] == []
+
+
+def test_a_lost_request_file_is_one_line(hyperpod, capsys) -> None:
+    hyperpod["request_file"].unlink()
+    code, out, err = run(capsys, "status", "1", "--cluster", "hp")
+    assert code == 1 and err.count("\n") == 1 and "CreateCluster request" in err and "cannot be read" in err
+    assert hyperpod["sent"] == []

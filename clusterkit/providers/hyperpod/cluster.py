@@ -58,6 +58,7 @@ from clusterkit.providers.base import (
 from clusterkit.providers.hyperpod.controller import (
     CONTROLLER_USER,
     ControllerAccess,
+    authorized_keys,
     controller_access,
     controller_group,
     planned_access,
@@ -132,8 +133,7 @@ class HyperPodProvider:
         spec, findings = load_spec_data(spec_data(request.preset, request.spec_file, overrides))
         if spec is None:
             return ClusterPlan(PROVIDER, request.name, HyperPodPlanDetails(), tuple(findings))
-        details, more = _details(spec, request.execution_role)
-        details = dataclasses.replace(details, identity_file=request.identity_file)
+        details, more = _details(spec, request.execution_role, identity_file=request.identity_file)
         if request.identity_file is not None:  # it goes on the ssh command line of every later verb
             from clusterkit.spec_reader import TextValue, control_character
 
@@ -196,8 +196,8 @@ class HyperPodProvider:
                                       lustre.file_system_id))
         bucket = lifecycle_bucket(spec, plan.details.execution_role)
         create_bucket = _bucket_missing(aws, bucket, caller["account"])
-        details, more = _details(spec, plan.details.execution_role, names)
-        details = dataclasses.replace(details, identity_file=plan.details.identity_file, prepared=PreparedFacts(
+        details, more = _details(spec, plan.details.execution_role, names, plan.details.identity_file)
+        details = dataclasses.replace(details, prepared=PreparedFacts(
             account=caller["account"], caller=caller["arn"], vpc_id=vpc_id, create_bucket=create_bucket,
             lustre_dns_name=dns_name or None, network_stack=network.stack if network else None,
             network_zone=network.zone if network else None,
@@ -272,7 +272,7 @@ class HyperPodProvider:
         if details.file_system_request is not None:
             names = _make_file_system(aws, record, {**details.file_system_request, "SubnetIds": subnets[:1],
                                                     "SecurityGroupIds": [group]}, progress, poll_seconds)
-            details = _details(details.spec, details.execution_role, names)[0]
+            details = _details(details.spec, details.execution_role, names, details.identity_file)[0]
             state.lifecycle_uri = details.lifecycle_uri
             registry.save(record)
             objects = _lifecycle_objects(plan.replace(details=details, files=_files(plan.replace(details=details))))
@@ -309,26 +309,28 @@ class HyperPodProvider:
         return HyperPodCluster(record, aws=self._aws)
 
 
-def _details(spec: ClusterSpec, execution_role: str | None,
-             names: LustreNames | None = None) -> tuple[HyperPodPlanDetails, list[Finding]]:
-    """The requests, the lifecycle set and HyperPod's findings for a spec (with the file system's names once known).
-    A new file system goes into the cluster's first subnet (a placeholder until the network is known)."""
+def _details(spec: ClusterSpec, execution_role: str | None, names: LustreNames | None = None,
+             identity_file: str | None = None) -> tuple[HyperPodPlanDetails, list[Finding]]:
+    """The requests, the lifecycle set and HyperPod's findings for a spec (with the file system's names once known,
+    and the public key of the identity file given). A new file system goes into the cluster's first subnet (a
+    placeholder until the network is known)."""
     from clusterkit.providers.hyperpod.rules import check  # lazy: the rules read botocore's model
 
-    parameters = lifecycle_parameters(spec, names)
+    keys, key_findings = authorized_keys(identity_file)
+    parameters = lifecycle_parameters(spec, names, keys)
     bucket = lifecycle_bucket(spec, execution_role)
     files = lifecycle_files(parameters)
     prefix = lifecycle_prefix(bucket, files)
     request = create_cluster_request(spec, execution_role, prefix)
     subnets: list = request["VpcConfig"]["Subnets"]  # type: ignore[index,call-overload,assignment]
     file_system = create_file_system_request(spec, subnets[0])
-    findings = check(HyperPodDraft(spec, execution_role, request, bucket, file_system))
+    findings = check(HyperPodDraft(spec, execution_role, request, bucket, file_system)) + key_findings
     shipped = {name: str(path) for name, path in lifecycle_scripts().items()}
     parameters_file = str(registry.cluster_dir(spec.name) / PARAMETERS_FILE)
     uploads = {prefix + name: shipped.get(name, parameters_file) for name in sorted(files)}
     return HyperPodPlanDetails(spec=spec, region=spec.region, request=request, lifecycle_uri=prefix, uploads=uploads,
                                execution_role=execution_role, parameters_text=parameters_text(parameters),
-                               file_system_request=file_system), findings
+                               file_system_request=file_system, identity_file=identity_file), findings
 
 
 def _lifecycle_objects(plan: ClusterPlan[HyperPodPlanDetails]) -> dict[str, bytes]:
@@ -574,7 +576,13 @@ class HyperPodCluster:
     def controller(self) -> ControllerAccess:
         """The controller node and how SSH reaches it through SSM, asked of ListClusterNodes each time (HyperPod may
         have replaced the node since)."""
-        group = controller_group(self._request())
+        try:
+            request = self._request()
+        except (OSError, ValueError) as failure:
+            raise ClusterkitError(f"the cluster's CreateCluster request {self.state.request_file} cannot be read: "
+                                  f"{getattr(failure, 'strerror', None) or failure}",
+                                  fix="it is written at create; create the cluster again if it is lost") from None
+        group = controller_group(request)
         nodes, token = [], None
         while True:
             page = _call(self.aws, "sagemaker", "list_cluster_nodes", ClusterName=self.name,

@@ -3,18 +3,22 @@
 HyperPod's nodes have no address of their own outside the cluster's VPC; SSM reaches each one as the target
 `sagemaker-cluster:CLUSTERID_GROUP-INSTANCEID` (the cluster id is the last part of its ARN), and SSH goes through it
 with the `AWS-StartSSHSession` document as the ProxyCommand, the way HyperPod's samples (`easy-ssh.sh`) reach the
-controller. The user is the image's, `ubuntu`. The controller's instance id comes from ListClusterNodes, its group
-from the cluster's own CreateCluster request. Every part of the target is checked against botocore's pattern for it
-before it reaches the ssh command line (ssh runs a ProxyCommand through a shell). Pure: the caller asks SageMaker.
+controller. The user is the image's, `ubuntu`; the public key beside `--identity-file` (KEY.pub) goes into the
+lifecycle parameters, and the lifecycle script authorizes it for ubuntu on the controller and login nodes. The
+controller's instance id comes from ListClusterNodes, its group from the cluster's own CreateCluster request. Every
+part of the target is checked against botocore's pattern for it before it reaches the ssh command line (ssh runs a
+ProxyCommand through a shell). The caller asks SageMaker.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from clusterkit.errors import ClusterkitError, NotFound
-from clusterkit.findings import shorten
+from clusterkit.findings import Finding, error, shorten, warning
 from clusterkit.lean_dataclass import lean_dataclass
 from clusterkit.providers.aws.ssh import TRUST_ON_FIRST_USE, ssm_proxy_command
 from clusterkit.providers.hyperpod.request import CONTROLLER_GROUP
@@ -24,6 +28,10 @@ from clusterkit.transport import SshTarget
 CONTROLLER_USER = "ubuntu"  # HyperPod's images are Ubuntu DLAMIs; the samples' easy-ssh.sh logs in as ubuntu
 SSM_TARGET = "sagemaker-cluster:{cluster_id}_{group}-{instance_id}"
 RUNNING = "Running"
+# An OpenSSH public key's type and base64 (on_create.sh checks the same); its comment is left behind.
+PUBLIC_KEY_RE = re.compile(r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com|"
+                           r"sk-ecdsa-sha2-nistp256@openssh\.com) ([A-Za-z0-9+/]{16,8192}={0,3})(?:[ \t][^\n]*)?")
+PUBLIC_KEY_MAX_BYTES = 16384
 
 
 @lean_dataclass(frozen=True)
@@ -91,6 +99,31 @@ def controller_access(cluster_arn: str | None, group: str, nodes: Sequence[Mappi
                     options=(f"ProxyCommand={ssm_proxy_command(target, region)}", TRUST_ON_FIRST_USE),
                     known_hosts_file=known_hosts_file)
     return ControllerAccess(instance_id, target, ssh)
+
+
+def authorized_keys(identity_file: str | None) -> tuple[tuple[str, ...], list[Finding]]:
+    """The public key beside `identity_file` (KEY.pub), as the lifecycle script authorizes it: type and base64."""
+    if not identity_file:
+        return (), []
+    key = Path(identity_file).expanduser()
+    public = key.with_name(key.name + ".pub")
+    try:
+        with open(public, "rb") as stream:
+            text = stream.read(PUBLIC_KEY_MAX_BYTES).decode()
+    except (OSError, UnicodeDecodeError) as failure:
+        why = failure.strerror if isinstance(failure, OSError) else "it is not text"
+        return (), [warning("identity_file", f"its public key {public} cannot be read ({why}): the controller will "
+                            "not be told to accept the key", f"write it (ssh-keygen -y -f {shlex.quote(str(key))} > "
+                            f"{shlex.quote(str(public))}) and plan again, or add the key to ubuntu's "
+                            "~/.ssh/authorized_keys on the controller yourself", identity_file)]
+    first = text.split("\n", 1)[0].strip()
+    match = PUBLIC_KEY_RE.fullmatch(first)
+    if match is None:
+        return (), [error("identity_file", f"{public} does not hold an OpenSSH public key (TYPE BASE64 [COMMENT], "
+                          "TYPE ssh-ed25519, ssh-rsa, ecdsa-sha2-nistp256/384/521 or a security key's)",
+                          f"write it again: ssh-keygen -y -f {shlex.quote(str(key))} > {shlex.quote(str(public))}",
+                          shorten(first))]
+    return (f"{match[1]} {match[2]}",), []
 
 
 def planned_access(region: str, identity_file: str | None) -> JsonObject | None:
