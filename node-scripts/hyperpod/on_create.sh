@@ -11,7 +11,7 @@
 # keeps it in fstab); on the controller keeps Slurm accounting in a local MariaDB through slurmdbd and starts
 # slurmctld; elsewhere starts slurmd against the controller; puts enroot's data on the instance store (NVMe) and
 # enables pyxis where the image has them; installs clusterkit into a virtualenv on the file system and runs its
-# cluster agent from it (controller).
+# cluster agent from it (controller); authorizes the public keys given at create for ubuntu (controller, login).
 # Every value is checked before anything changes; a second run changes nothing.
 # CLUSTERKIT_NODE_ROOT prefixes every path the script reads or writes (tests point it at a scratch tree), and
 # CLUSTERKIT_SLURM_CONF_WAIT is how long (s) it waits for HyperPod's slurm.conf to name the controller (60).
@@ -96,6 +96,10 @@ def read():
     clusterkit = params.get("clusterkit")
     if clusterkit:
         out["venv"], out["package"] = text(clusterkit["venv"]), text(clusterkit["package"])
+    keys = params.get("authorized_keys") or []
+    if not isinstance(keys, list):
+        raise TypeError("authorized_keys is not a list")
+    out["authorized_keys"] = "|".join(text(key) for key in keys)
     sys.stdout.write("".join("%s=%s\0" % item for item in out.items()))
 try:
     read()
@@ -105,6 +109,7 @@ except (KeyError, TypeError, ValueError, OSError, AttributeError) as error:
 
 group="" role="" controller_ip="" accounting=0 nvme=0
 lustre_dns_name="" lustre_mount_name="" lustre_mount_dir="" enroot_dir="" enroot_root_volume_dir="" venv="" package=""
+authorized_keys=""
 IFS=$'\036' read -r -a fields <<<"$records"
 for field in "${fields[@]}"; do
     value=${field#*=}
@@ -121,6 +126,7 @@ for field in "${fields[@]}"; do
         enroot_root_volume_dir) enroot_root_volume_dir=$value ;;
         venv) venv=$value ;;
         package) package=$value ;;
+        authorized_keys) authorized_keys=$value ;;
     esac
 done
 
@@ -142,6 +148,23 @@ if [ -n "$venv" ]; then
         die "clusterkit's virtualenv must be on the shared file system"
     plain_dir_or_die "clusterkit's virtualenv" "$venv"
     [[ "$package" =~ ^[A-Za-z0-9._+:/=@-]+$ ]] || die "clusterkit's package is not a requirement clusterkit writes"
+fi
+keys=()
+[ -z "$authorized_keys" ] || IFS='|' read -r -a keys <<<"$authorized_keys"
+key_types='ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com'
+for key in "${keys[@]}"; do
+    if ! [[ "$key" =~ ^($key_types)\ [A-Za-z0-9+/]+={0,3}$ ]] || [ "${#key}" -gt 8300 ]; then
+        die "an authorized key is not an OpenSSH public key's type and base64"
+    fi
+done
+ubuntu_ssh=/home/ubuntu/.ssh
+if [ "${#keys[@]}" -gt 0 ] && [ "$role" != compute ]; then
+    if [ ! -d "$root/home/ubuntu" ] || [ -L "$root/home/ubuntu" ]; then
+        die "the image has no /home/ubuntu for the authorized keys"
+    fi
+    if [ -L "$root$ubuntu_ssh" ] || [ -L "$root$ubuntu_ssh/authorized_keys" ]; then
+        die "$ubuntu_ssh or its authorized_keys is a symbolic link"
+    fi
 fi
 say "node of group $group ($role); controller $controller_ip"
 
@@ -172,6 +195,24 @@ if [ -n "$lustre_mount_dir" ]; then
         mount -t lustre -o noatime,flock -- "$source" "$root$lustre_mount_dir"
         say "mounted $source on $lustre_mount_dir"
     fi
+fi
+
+# The public keys given at create, for ubuntu on the controller and login nodes: clusterkit logs in there over SSH
+# through SSM Session Manager. clusterkit's scripts leave ubuntu's home where the image has it.
+if [ "${#keys[@]}" -gt 0 ] && [ "$role" != compute ]; then
+    if [ ! -d "$root$ubuntu_ssh" ]; then
+        install -d -m 0700 "$root$ubuntu_ssh"
+        chown ubuntu:ubuntu "$root$ubuntu_ssh"
+    fi
+    authorized="$root$ubuntu_ssh/authorized_keys"
+    for key in "${keys[@]}"; do
+        if ! { [ -f "$authorized" ] && grep -qF -- "$key" "$authorized"; }; then
+            printf '%s clusterkit\n' "$key" >>"$authorized"
+            chmod 0600 "$authorized"
+            chown ubuntu:ubuntu "$authorized"
+            say "authorized a public key for ubuntu"
+        fi
+    done
 fi
 
 # HyperPod's agent writes slurm.conf; Slurm starts once it names the controller (a login or compute node may have

@@ -109,6 +109,9 @@ def test_create_describe_resize_replace_delete(world) -> None:
     for node in info.nodes:
         by_group[(node.node_type, node.queue)] = by_group.get((node.node_type, node.queue), 0) + 1
     assert by_group == {("Controller", None): 1, ("Compute", "train"): 8, ("Compute", "cpu"): 4}
+    # moto's ARN ends in the cluster's name, not SageMaker's 12-character id: shown as why, never put on ssh's line.
+    assert "ARN 'arn:aws:sagemaker:us-east-1:123456789012:cluster/hp' does not match botocore's ClusterArn pattern" \
+        in info.details["controller"]["unreachable"]
 
     resized = cluster.resize("train", 4, progress=said.append, poll_seconds=0)
     (update,) = world["sent"]["UpdateCluster"]

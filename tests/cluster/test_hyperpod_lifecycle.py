@@ -40,6 +40,7 @@ RESOURCE_CONFIG = {
     ],
 }
 FAKES = ("mount", "chown", "hostname", "mysql")
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIF1b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ"
 
 
 def _spec() -> ClusterSpec:
@@ -206,6 +207,13 @@ def _with(path: str, value: object) -> dict:
     (_with("enroot_dir", "/var/lib/enroot"), "is inside the system directory /var/lib"),
     (_with("controller_group", "\u2028"), "is not one line of text"),
     (_with("controller_group", "nobody"), "the controller group has no instance"),
+    (_with("authorized_keys", [f"{KEY}\ntouch /tmp/pwned"]), "is not one line of text"),
+    (_with("authorized_keys", ["ssh-ed25519 AAAA$(touch /tmp/pwned)"]), "not an OpenSSH public key's type and base64"),
+    (_with("authorized_keys", [f"{KEY} me@laptop"]), "not an OpenSSH public key's type and base64"),
+    (_with("authorized_keys", [f"{KEY}|touch"]), "not an OpenSSH public key's type and base64"),
+    (_with("authorized_keys", [f"command=\"touch /tmp/pwned\" {KEY}"]), "not an OpenSSH public key's type"),
+    (_with("authorized_keys", ["ssh-ed25519 " + "A" * 9000]), "not an OpenSSH public key's type and base64"),
+    (_with("authorized_keys", KEY), "the lifecycle files cannot be read: TypeError"),
 ])
 def test_hostile_values_are_refused_with_nothing_done(tmp_path, params: dict, said: str) -> None:
     node, lifecycle = hyperpod_node(tmp_path, CONTROLLER, params=params)
@@ -240,3 +248,39 @@ def test_slurm_starts_only_once_hyperpods_slurm_conf_names_the_controller(tmp_pa
     assert result.stderr == ("on_create.sh: /opt/slurm/etc/slurm.conf does not name the controller 10.1.0.10 "
                              "after 0 s\n")
     assert not [call for call in node.calls() if call[0] == "systemctl"]
+
+
+def test_the_key_given_at_create_is_authorized_for_ubuntu_on_the_controller_and_login_nodes_only(tmp_path) -> None:
+    params = _with("authorized_keys", [KEY])
+    for address, authorized in ((CONTROLLER, True), (LOGIN, True), (TRAIN_1, False)):
+        node, lifecycle = hyperpod_node(tmp_path / address, address, params=params)
+        (node.root / "home/ubuntu").mkdir(parents=True)
+        result = run_on_create(node, lifecycle)
+        assert result.returncode == 0, result.stderr
+        keys = node.root / "home/ubuntu/.ssh/authorized_keys"
+        if not authorized:
+            assert not (node.root / "home/ubuntu/.ssh").exists()
+            continue
+        assert keys.read_text() == f"{KEY} clusterkit\n" and keys.stat().st_mode & 0o777 == 0o600
+        assert (node.root / "home/ubuntu/.ssh").stat().st_mode & 0o777 == 0o700
+        assert ["chown", "ubuntu:ubuntu", str(keys)] in node.calls() and "authorized a public key" in result.stdout
+        before, calls_before = tree(node.root), len(node.calls())
+        assert run_on_create(node, lifecycle).returncode == 0 and tree(node.root) == before  # a second run: nothing
+        assert not [call for call in node.calls()[calls_before:] if call[0] == "chown"]
+
+
+def test_a_key_already_there_is_kept_and_a_linked_ssh_directory_is_refused_with_nothing_done(tmp_path) -> None:
+    node, lifecycle = hyperpod_node(tmp_path, CONTROLLER, params=_with("authorized_keys", [KEY]))
+    ssh_dir = node.root / "home/ubuntu/.ssh"
+    ssh_dir.mkdir(parents=True)
+    (ssh_dir / "authorized_keys").write_text(f"{KEY} me@laptop\n")
+    assert run_on_create(node, lifecycle).returncode == 0
+    assert (ssh_dir / "authorized_keys").read_text() == f"{KEY} me@laptop\n"
+
+    linked, linked_lifecycle = hyperpod_node(tmp_path / "linked", CONTROLLER, params=_with("authorized_keys", [KEY]))
+    (linked.root / "home/ubuntu").mkdir(parents=True)
+    (linked.root / "home/ubuntu/.ssh").symlink_to(linked.root / "root")
+    before = tree(linked.root)
+    result = run_on_create(linked, linked_lifecycle)
+    assert result.returncode == 2 and "/home/ubuntu/.ssh or its authorized_keys is a symbolic link" in result.stderr
+    assert tree(linked.root) == before and [c[0] for c in linked.calls()] == ["hostname"]

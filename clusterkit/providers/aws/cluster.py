@@ -406,9 +406,11 @@ class AwsCluster:
                                   f"cannot find: {error.message}",
                                   fix=(f"{error.fix}; " if error.fix else "")
                                   + "or run clusterkit on the head node with --cluster host") from None
+        from clusterkit.providers.aws.ssh import check_ssm_client
         from clusterkit.slurm import Slurm
         from clusterkit.transport import SshTransport
 
+        check_ssm_client(target)
         return Slurm(transport=SshTransport(target))
 
     def ssh_target(self) -> SshTarget:

@@ -9,17 +9,23 @@ this cluster alone (`known_hosts` in its directory): a changed key later is refu
 
 from __future__ import annotations
 
+import re
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
-from clusterkit.errors import ClusterkitError
+from clusterkit.errors import ClusterkitError, MissingDependency
+from clusterkit.findings import shorten
 from clusterkit.transport import SshTarget
 
 # ParallelCluster 3.16's default user per OS (pcluster.constants.OS_MAPPING).
 OS_USERS = {"alinux2": "ec2-user", "alinux2023": "ec2-user", "rhel8": "ec2-user", "rhel9": "ec2-user",
             "rocky8": "rocky", "rocky9": "rocky", "ubuntu2204": "ubuntu", "ubuntu2404": "ubuntu"}
 KNOWN_HOSTS_FILE = "known_hosts"
+TRUST_ON_FIRST_USE = "StrictHostKeyChecking=accept-new"  # the cluster's own known_hosts then holds exactly that key
+_REGION_RE = re.compile(r"[a-z]{2}(?:-[a-z]+)+-[0-9]{1,2}")
+_SSM_PROXY = "ProxyCommand=" + shlex.join(["aws", "ssm", "start-session"])
 
 
 def os_user(os_name: str) -> str:
@@ -39,10 +45,34 @@ def key_file(key_name: str | None, identity_file: str | None, ssh_dir: Path | No
                 None)
 
 
-def ssm_proxy_command(instance_id: str, region: str) -> str:
-    """SSH through SSM Session Manager to the instance (the AWS CLI and its session-manager-plugin do it)."""
-    return shlex.join(["aws", "ssm", "start-session", "--target", instance_id, "--region", region,
+def ssm_proxy_command(target: str, region: str) -> str:
+    """SSH through SSM Session Manager to `target` (an instance id, or a HyperPod node's `sagemaker-cluster:` target);
+    the AWS CLI and its session-manager-plugin do it. ssh runs the command through a shell after expanding its
+    %-tokens, so the target and the region are checked to be plain first (a value from a record or an AWS answer)."""
+    if not _REGION_RE.fullmatch(region):
+        raise ClusterkitError(f"{shorten(region)!r} is not an AWS region, so it is not put on an ssh command line",
+                              fix="check the region in the cluster's record (clusterkit describe-cluster NAME)")
+    if not re.fullmatch(r"[A-Za-z0-9:_.-]{1,300}", target):
+        raise ClusterkitError(f"{shorten(target)!r} is not an SSM target, so it is not put on an ssh command line",
+                              fix="check the cluster with `clusterkit describe-cluster NAME`")
+    return shlex.join(["aws", "ssm", "start-session", "--target", target, "--region", region,
                        "--document-name", "AWS-StartSSHSession", "--parameters", "portNumber=%p"])
+
+
+def check_ssm_client(target: SshTarget) -> None:
+    """A target reached through SSM needs the AWS CLI and its session-manager-plugin here: one line naming what is
+    missing, before ssh would fail with the proxy's own words."""
+    if not any(option.startswith(_SSM_PROXY) for option in target.options):
+        return
+    if shutil.which("aws") is None:
+        raise MissingDependency(f"the AWS CLI (aws) is not installed, and {target.host} is reached through SSM "
+                                "Session Manager with it", fix="install the AWS CLI v2 and the Session Manager plugin "
+                                "(docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html)")
+    if shutil.which("session-manager-plugin") is None:
+        raise MissingDependency(f"the Session Manager plugin (session-manager-plugin) is not installed, and "
+                                f"{target.host} is reached through SSM Session Manager with it",
+                                fix="install it (docs.aws.amazon.com/systems-manager/latest/userguide/"
+                                    "session-manager-working-with-install-plugin.html)")
 
 
 def head_node_target(described: dict[str, Any], *, region: str, os_name: str, key_name: str | None,
@@ -53,7 +83,7 @@ def head_node_target(described: dict[str, Any], *, region: str, os_name: str, ke
     if not instance_id:
         raise ClusterkitError(f"ParallelCluster reports no head node for this cluster in {region} (yet)",
                               fix="wait for the create to finish (`clusterkit describe-cluster NAME`)")
-    trust = ("StrictHostKeyChecking=accept-new",)  # first use; the file then holds exactly that key
+    trust = (TRUST_ON_FIRST_USE,)
     key = key_file(key_name, identity_file, ssh_dir)
     public = head.get("publicIpAddress")
     if public:

@@ -4,6 +4,7 @@
     model    a request checked against botocore's service model: types, ranges, enums, patterns (offline)
     rules    HyperPod's own rules, one small function each, one module per topic
     plan     the provider's typed plan details and the state its records keep
+    controller  how SSH reaches the controller node from elsewhere, through SSM Session Manager (checked values only)
     cluster  the provider (plan / prepare / apply / open) and HyperPodCluster (describe / resize / replace_nodes /
              delete)
 

@@ -9,13 +9,14 @@
     cluster = provider.apply(plan) # the nodes' security group, the new file system, the lifecycle set, CreateCluster
     cluster.describe(); cluster.resize("train", 8); cluster.replace_nodes(["i-..."]); cluster.delete()
     cluster.reboot_nodes(["i-..."])
+    cluster.slurm()                # Slurm on its controller, over SSH through SSM Session Manager
 
 Without --subnet-id the nodes go into clusterkit's prerequisites network (the ParallelCluster provider's stack,
 network only): one made earlier in the region whose zone offers every instance type, else a new one, which
 `delete-cluster` deletes with the cluster whose create made it once nothing else uses it. A new FSx for Lustre file
 system goes into the nodes' first subnet and security group; it outlives the cluster unless its deletion_policy is
-Delete (as storage the ParallelCluster provider makes). Not built yet, refused in one line: reaching the controller's
-Slurm from here (run clusterkit on the controller).
+Delete (as storage the ParallelCluster provider makes). Jobs are submitted from elsewhere through the controller node,
+reached over SSH through SSM Session Manager (see `controller`); their runs go on the FSx for Lustre file system.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from clusterkit.files import write_atomically
 from clusterkit.findings import Finding, error, shorten
 from clusterkit.providers.aws.access import Aws
 from clusterkit.providers.aws.plan import KeptStack
+from clusterkit.providers.aws.ssh import KNOWN_HOSTS_FILE
 from clusterkit.providers.base import (
     ClusterInfo,
     ComputeResourceSize,
@@ -52,6 +54,14 @@ from clusterkit.providers.base import (
     Progress,
     ResizeResult,
     quiet,
+)
+from clusterkit.providers.hyperpod.controller import (
+    CONTROLLER_USER,
+    ControllerAccess,
+    authorized_keys,
+    controller_access,
+    controller_group,
+    planned_access,
 )
 from clusterkit.providers.hyperpod.plan import HyperPodClusterState, HyperPodPlanDetails, PreparedFacts
 from clusterkit.providers.hyperpod.request import (
@@ -105,7 +115,7 @@ class HyperPodProvider:
     name = PROVIDER
     options = (Option("preset", "--preset"), Option("spec_file", "--file"), Option("region", "--region"),
                Option("subnet_id", "--subnet-id"), Option("execution_role", "--execution-role"),
-               Option("output_config", "--output-config"))
+               Option("identity_file", "--identity-file"), Option("output_config", "--output-config"))
 
     def __init__(self, aws: Aws | None = None) -> None:
         self._aws = aws
@@ -123,7 +133,12 @@ class HyperPodProvider:
         spec, findings = load_spec_data(spec_data(request.preset, request.spec_file, overrides))
         if spec is None:
             return ClusterPlan(PROVIDER, request.name, HyperPodPlanDetails(), tuple(findings))
-        details, more = _details(spec, request.execution_role)
+        details, more = _details(spec, request.execution_role, identity_file=request.identity_file)
+        if request.identity_file is not None:  # it goes on the ssh command line of every later verb
+            from clusterkit.spec_reader import TextValue, control_character
+
+            more += [found for found in (control_character(TextValue("identity_file", request.identity_file)),)
+                     if found is not None]
         plan = ClusterPlan(PROVIDER, spec.name, details, tuple(findings + more))
         return plan.replace(files=_files(plan), actions=_actions(plan))
 
@@ -181,7 +196,7 @@ class HyperPodProvider:
                                       lustre.file_system_id))
         bucket = lifecycle_bucket(spec, plan.details.execution_role)
         create_bucket = _bucket_missing(aws, bucket, caller["account"])
-        details, more = _details(spec, plan.details.execution_role, names)
+        details, more = _details(spec, plan.details.execution_role, names, plan.details.identity_file)
         details = dataclasses.replace(details, prepared=PreparedFacts(
             account=caller["account"], caller=caller["arn"], vpc_id=vpc_id, create_bucket=create_bucket,
             lustre_dns_name=dns_name or None, network_stack=network.stack if network else None,
@@ -230,7 +245,8 @@ class HyperPodProvider:
                                      lustre_file_system_id=lustre.file_system_id if lustre else None,
                                      lustre_deletion_policy=(lustre and lustre.deletion_policy) or
                                      DEFAULT_DELETION_POLICY,
-                                     lifecycle_uri=details.lifecycle_uri, queues=_queues(details.spec))
+                                     lifecycle_uri=details.lifecycle_uri, queues=_queues(details.spec),
+                                     identity_file=details.identity_file)
         record = registry.ClusterRecord(name=plan.name, provider=PROVIDER, created=_now(), details=state)
         registry.save(record)  # from here on, `delete-cluster` can remove what the create made
         vpc_id = prepared.vpc_id
@@ -256,7 +272,7 @@ class HyperPodProvider:
         if details.file_system_request is not None:
             names = _make_file_system(aws, record, {**details.file_system_request, "SubnetIds": subnets[:1],
                                                     "SecurityGroupIds": [group]}, progress, poll_seconds)
-            details = _details(details.spec, details.execution_role, names)[0]
+            details = _details(details.spec, details.execution_role, names, details.identity_file)[0]
             state.lifecycle_uri = details.lifecycle_uri
             registry.save(record)
             objects = _lifecycle_objects(plan.replace(details=details, files=_files(plan.replace(details=details))))
@@ -293,26 +309,28 @@ class HyperPodProvider:
         return HyperPodCluster(record, aws=self._aws)
 
 
-def _details(spec: ClusterSpec, execution_role: str | None,
-             names: LustreNames | None = None) -> tuple[HyperPodPlanDetails, list[Finding]]:
-    """The requests, the lifecycle set and HyperPod's findings for a spec (with the file system's names once known).
-    A new file system goes into the cluster's first subnet (a placeholder until the network is known)."""
+def _details(spec: ClusterSpec, execution_role: str | None, names: LustreNames | None = None,
+             identity_file: str | None = None) -> tuple[HyperPodPlanDetails, list[Finding]]:
+    """The requests, the lifecycle set and HyperPod's findings for a spec (with the file system's names once known,
+    and the public key of the identity file given). A new file system goes into the cluster's first subnet (a
+    placeholder until the network is known)."""
     from clusterkit.providers.hyperpod.rules import check  # lazy: the rules read botocore's model
 
-    parameters = lifecycle_parameters(spec, names)
+    keys, key_findings = authorized_keys(identity_file)
+    parameters = lifecycle_parameters(spec, names, keys)
     bucket = lifecycle_bucket(spec, execution_role)
     files = lifecycle_files(parameters)
     prefix = lifecycle_prefix(bucket, files)
     request = create_cluster_request(spec, execution_role, prefix)
     subnets: list = request["VpcConfig"]["Subnets"]  # type: ignore[index,call-overload,assignment]
     file_system = create_file_system_request(spec, subnets[0])
-    findings = check(HyperPodDraft(spec, execution_role, request, bucket, file_system))
+    findings = check(HyperPodDraft(spec, execution_role, request, bucket, file_system)) + key_findings
     shipped = {name: str(path) for name, path in lifecycle_scripts().items()}
     parameters_file = str(registry.cluster_dir(spec.name) / PARAMETERS_FILE)
     uploads = {prefix + name: shipped.get(name, parameters_file) for name in sorted(files)}
     return HyperPodPlanDetails(spec=spec, region=spec.region, request=request, lifecycle_uri=prefix, uploads=uploads,
                                execution_role=execution_role, parameters_text=parameters_text(parameters),
-                               file_system_request=file_system), findings
+                               file_system_request=file_system, identity_file=identity_file), findings
 
 
 def _lifecycle_objects(plan: ClusterPlan[HyperPodPlanDetails]) -> dict[str, bytes]:
@@ -416,8 +434,13 @@ def _actions(plan: ClusterPlan[HyperPodPlanDetails]) -> tuple[str, ...]:
                        "and the nodes' security group), name the file system in the cluster's record, follow it to "
                        "AVAILABLE, and put its id, DNS and mount names in clusterkit-lifecycle.json (the lifecycle "
                        "prefix's hash, and so each SourceS3Uri, changes with them)",)
+    access = planned_access(str(details.region), details.identity_file) if details.region else None
+    reach = (f"submit jobs from here through the controller: ssh {access['ssh']} with ProxyCommand "
+             f"{access['proxy_command']} (SSM Session Manager; the ids are known once the cluster exists)",) \
+        if access else ()
     return (*asked, *network, group, *file_system, *uploads,
-            f"call sagemaker create_cluster with create_cluster_request and follow cluster {plan.name} to InService")
+            f"call sagemaker create_cluster with create_cluster_request and follow cluster {plan.name} to InService",
+            *reach)
 
 
 def _bucket_missing(aws: Aws, bucket: str, account: str) -> bool:
@@ -538,24 +561,83 @@ class HyperPodCluster:
         if found is None:
             return ClusterInfo(self.name, PROVIDER, "gone", self.record.created, details=details)
         status = found.get("ClusterStatus", "")
+        where = f"in {self.state.region}"
+        try:
+            access = self.controller()
+        except ClusterkitError as error:  # describe still shows the cluster, and why it cannot be reached
+            reach: JsonObject = {"unreachable": error.message}
+        else:
+            reach = access.to_dict()
+            where += f"; controller {access.instance_id} through SSM (ssh {access.ssh.destination})"
         return ClusterInfo(self.name, PROVIDER, _STATUS.get(status, status.lower()), self.record.created,
-                           self.nodes(), details={**details, "cluster_status": status},
-                           where=f"in {self.state.region}")
+                           self.nodes(), details={**details, "cluster_status": status, "controller": reach},
+                           where=where)
+
+    def controller(self) -> ControllerAccess:
+        """The controller node and how SSH reaches it through SSM, asked of ListClusterNodes each time (HyperPod may
+        have replaced the node since)."""
+        try:
+            request = self._request()
+        except (OSError, ValueError) as failure:
+            raise ClusterkitError(f"the cluster's CreateCluster request {self.state.request_file} cannot be read: "
+                                  f"{getattr(failure, 'strerror', None) or failure}",
+                                  fix="it is written at create; create the cluster again if it is lost") from None
+        group = controller_group(request)
+        nodes, token = [], None
+        while True:
+            page = _call(self.aws, "sagemaker", "list_cluster_nodes", ClusterName=self.name,
+                         InstanceGroupNameContains=group, **({"NextToken": token} if token else {}))
+            nodes += page.get("ClusterNodeSummaries", [])
+            token = page.get("NextToken")
+            if not token:
+                break
+        return controller_access(self.state.cluster_arn, group, nodes, region=self.state.region,
+                                 identity_file=self.state.identity_file,
+                                 known_hosts_file=str(registry.cluster_dir(self.name) / KNOWN_HOSTS_FILE))
 
     def slurm(self) -> Slurm:
-        raise ClusterkitError(f"jobs on HyperPod cluster {self.name!r} cannot be submitted from here yet",
-                              fix="run clusterkit on its controller node (--cluster host)")
+        """Slurm on the controller, over SSH through SSM Session Manager."""
+        from clusterkit.providers.aws.ssh import check_ssm_client
+        from clusterkit.slurm import Slurm
+        from clusterkit.transport import SshTransport
+
+        try:
+            target = self.controller().ssh
+        except ClusterkitError as error:
+            raise ClusterkitError(f"jobs on HyperPod cluster {self.name!r} are submitted through its controller, "
+                                  f"which clusterkit cannot reach: {error.message}",
+                                  fix=(f"{error.fix}; " if error.fix else "")
+                                  + "or run clusterkit on the controller with --cluster host") from None
+        check_ssm_client(target)
+        return Slurm(transport=SshTransport(target))
 
     def flavor(self) -> Flavor:
         from clusterkit.slurm import Flavor
 
         return Flavor.HYPERPOD
 
-    def runs_dir(self) -> str | None:
-        return None
+    def runs_dir(self) -> str:
+        """Runs submitted from elsewhere go on the FSx for Lustre file system, which every node mounts (HyperPod's
+        nodes share no home directory)."""
+        lustre = self._parameters().get("lustre")
+        if not isinstance(lustre, dict) or not lustre.get("mount_dir"):
+            raise ClusterkitError(f"HyperPod cluster {self.name!r} mounts no FSx for Lustre file system, where runs "
+                                  "submitted from elsewhere go", fix="give the job a workdir on storage every node "
+                                  "mounts, or run clusterkit on the controller (--cluster host)")
+        return f"{lustre['mount_dir']}/clusterkit-runs/{CONTROLLER_USER}"
 
     def python(self) -> str:
-        return "python3"
+        """The Python of the virtualenv the lifecycle script installs clusterkit into (python3 when it does not)."""
+        installed = self._parameters().get("clusterkit")
+        return f"{installed['venv']}/bin/python" if isinstance(installed, dict) and installed.get("venv") else "python3"
+
+    def _parameters(self) -> JsonObject:
+        """The cluster's clusterkit-lifecycle.json, as create uploaded it; empty when it cannot be read."""
+        try:
+            found = json.loads((registry.cluster_dir(self.name) / PARAMETERS_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
 
     def queues(self) -> dict[str, list[str]]:
         return {queue: list(types) for queue, types in self.state.queues.items()}

@@ -29,6 +29,7 @@ class HyperPodPlanDetails:
     parameters_text: str | None = None  # clusterkit-lifecycle.json, one file of the set
     prepared: PreparedFacts | None = None  # None until the account was asked
     file_system_request: JsonObject | None = None  # None: the spec mounts an existing file system, or none
+    identity_file: str | None = None  # the SSH key for the controller (else the user's agent and ssh config)
 
     @property
     def complete(self) -> bool:
@@ -76,6 +77,10 @@ class HyperPodPlanDetails:
         details: JsonObject = {"region": self.region, "lifecycle_uri": self.lifecycle_uri}
         if self.prepared is not None:
             details.update(prepared=True, **self.prepared.to_json())
+        if self.region is not None:
+            from clusterkit.providers.hyperpod.controller import planned_access
+
+            details["controller_access"] = planned_access(self.region, self.identity_file)
         return {"create_cluster_request": self.request,
                 "create_file_system_request": self.file_system_request,
                 "uploads": dict(self.uploads), "details": details}  # type: ignore[dict-item]
@@ -121,6 +126,7 @@ class HyperPodClusterState:
     lifecycle_uri: str | None = None
     queues: dict[str, list[str]] = field(default_factory=dict)
     prerequisites: KeptStack | None = None  # clusterkit's prerequisites network the nodes are in, when it chose it
+    identity_file: str | None = None  # the SSH key for the controller, as given at create
 
     def to_json(self) -> JsonObject:
         return {"region": self.region, "request_file": self.request_file, "cluster_arn": self.cluster_arn,
@@ -128,7 +134,8 @@ class HyperPodClusterState:
                 "lustre_created": self.lustre_created, "lustre_deletion_policy": self.lustre_deletion_policy,
                 "lifecycle_uri": self.lifecycle_uri,
                 "queues": {queue: list(types) for queue, types in self.queues.items()},  # type: ignore[dict-item]
-                "prerequisites": self.prerequisites.to_json() if self.prerequisites else None}
+                "prerequisites": self.prerequisites.to_json() if self.prerequisites else None,
+                "identity_file": self.identity_file}
 
     @classmethod
     def from_json(cls, data: JsonObject) -> HyperPodClusterState:
@@ -144,4 +151,5 @@ class HyperPodClusterState:
                    lustre_deletion_policy=text("lustre_deletion_policy") or DEFAULT_DELETION_POLICY,
                    lifecycle_uri=text("lifecycle_uri"),
                    queues={str(q): [str(t) for t in types] for q, types in queues.items()},  # type: ignore[union-attr]
-                   prerequisites=KeptStack.from_json(prerequisites) if isinstance(prerequisites, dict) else None)
+                   prerequisites=KeptStack.from_json(prerequisites) if isinstance(prerequisites, dict) else None,
+                   identity_file=text("identity_file"))

@@ -106,9 +106,11 @@ def lustre_of(spec: ClusterSpec) -> LustreSpec | None:
     return spec.storage.lustre[0] if spec.storage.lustre else None
 
 
-def lifecycle_parameters(spec: ClusterSpec, names: LustreNames | None = None) -> JsonObject:
-    """What the lifecycle scripts read beside themselves: which group is which, what to mount and set up. The file
-    system's names are known once the plan is prepared, or for a new one once it is made (empty before)."""
+def lifecycle_parameters(spec: ClusterSpec, names: LustreNames | None = None,
+                         authorized_keys: tuple[str, ...] = ()) -> JsonObject:
+    """What the lifecycle scripts read beside themselves: which group is which, what to mount and set up, the public
+    keys ubuntu accepts on the controller and login nodes. The file system's names are known once the plan is
+    prepared, or for a new one once it is made (empty before)."""
     sources = groups(spec)
     lustre = lustre_of(spec)
     accounting = spec.slurm.accounting
@@ -127,6 +129,7 @@ def lifecycle_parameters(spec: ClusterSpec, names: LustreNames | None = None) ->
         "enroot_root_volume_dir": ROOT_VOLUME_ENROOT_DIR if spec.pyxis.enabled else None,
         "nvme_groups": nvme,  # type: ignore[dict-item]
         "clusterkit": clusterkit,
+        "authorized_keys": list(authorized_keys),  # type: ignore[dict-item]
     }
 
 
