@@ -399,19 +399,10 @@ class AwsCluster:
 
     def slurm(self) -> Slurm:
         """Slurm on the head node, over SSH: its public address, else through SSM Session Manager."""
-        try:
-            target = self.ssh_target()
-        except ClusterkitError as error:
-            raise ClusterkitError(f"jobs on cluster {self.name!r} are submitted from its head node, which clusterkit "
-                                  f"cannot find: {error.message}",
-                                  fix=(f"{error.fix}; " if error.fix else "")
-                                  + "or run clusterkit on the head node with --cluster host") from None
-        from clusterkit.providers.aws.ssh import check_ssm_client
-        from clusterkit.slurm import Slurm
-        from clusterkit.transport import SshTransport
+        from clusterkit.providers.aws.ssh import slurm_over_ssh
 
-        check_ssm_client(target)
-        return Slurm(transport=SshTransport(target))
+        return slurm_over_ssh(self.ssh_target, f"jobs on cluster {self.name!r} are submitted from its head node, which "
+                              "clusterkit cannot find", "or run clusterkit on the head node with --cluster host")
 
     def ssh_target(self) -> SshTarget:
         """How to reach the head node: kept in the record once known, else from ParallelCluster's describe."""

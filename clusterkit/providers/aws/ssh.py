@@ -13,11 +13,15 @@ import re
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import ClusterkitError, MissingDependency
 from clusterkit.findings import shorten
 from clusterkit.transport import SshTarget
+
+if TYPE_CHECKING:
+    from clusterkit.slurm import Slurm
 
 # ParallelCluster 3.16's default user per OS (pcluster.constants.OS_MAPPING).
 OS_USERS = {"alinux2": "ec2-user", "alinux2023": "ec2-user", "rhel8": "ec2-user", "rhel9": "ec2-user",
@@ -73,6 +77,21 @@ def check_ssm_client(target: SshTarget) -> None:
                                 f"{target.host} is reached through SSM Session Manager with it",
                                 fix="install it (docs.aws.amazon.com/systems-manager/latest/userguide/"
                                     "session-manager-working-with-install-plugin.html)")
+
+
+def slurm_over_ssh(find_target: Callable[[], SshTarget], unreachable: str, or_else: str) -> Slurm:
+    """Slurm on a cluster's node reached over SSH (perhaps through SSM): `find_target`'s failure is one line,
+    `unreachable` and why, with `or_else` (running clusterkit there instead) among the fixes."""
+    from clusterkit.slurm import Slurm
+    from clusterkit.transport import SshTransport
+
+    try:
+        target = find_target()
+    except ClusterkitError as error:
+        raise ClusterkitError(f"{unreachable}: {error.message}",
+                              fix=(f"{error.fix}; " if error.fix else "") + or_else) from None
+    check_ssm_client(target)
+    return Slurm(transport=SshTransport(target))
 
 
 def head_node_target(described: dict[str, Any], *, region: str, os_name: str, key_name: str | None,

@@ -597,19 +597,11 @@ class HyperPodCluster:
 
     def slurm(self) -> Slurm:
         """Slurm on the controller, over SSH through SSM Session Manager."""
-        from clusterkit.providers.aws.ssh import check_ssm_client
-        from clusterkit.slurm import Slurm
-        from clusterkit.transport import SshTransport
+        from clusterkit.providers.aws.ssh import slurm_over_ssh
 
-        try:
-            target = self.controller().ssh
-        except ClusterkitError as error:
-            raise ClusterkitError(f"jobs on HyperPod cluster {self.name!r} are submitted through its controller, "
-                                  f"which clusterkit cannot reach: {error.message}",
-                                  fix=(f"{error.fix}; " if error.fix else "")
-                                  + "or run clusterkit on the controller with --cluster host") from None
-        check_ssm_client(target)
-        return Slurm(transport=SshTransport(target))
+        return slurm_over_ssh(lambda: self.controller().ssh,
+                              f"jobs on HyperPod cluster {self.name!r} are submitted through its controller, which "
+                              "clusterkit cannot reach", "or run clusterkit on the controller with --cluster host")
 
     def flavor(self) -> Flavor:
         from clusterkit.slurm import Flavor
