@@ -129,6 +129,7 @@ class Slurm:
         self.timeout = timeout
         self.extra_env = dict(extra_env or {})
         self.transport = transport
+        self._version: str | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -158,7 +159,8 @@ class Slurm:
 
     def run(self, command: str, *args: str, check: bool = True, input_text: str | None = None,
             timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-        if not self.transport.remote and shutil.which(command) is None:
+        on_path = self.env.get("PATH", os.environ.get("PATH"))  # the cluster's own clients may come first
+        if not self.transport.remote and shutil.which(command, path=on_path) is None:
             raise MissingDependency(f"Slurm command {command!r} not found on PATH", fix=INSTALL_HINT)
         limit = timeout or self.timeout
         try:
@@ -185,6 +187,16 @@ class Slurm:
             if sep:
                 config[key.strip()] = value.strip()
         return config
+
+    def version(self) -> str:
+        """The Slurm version of the cluster's controller, as slurmctld reports it (`scontrol show config`'s
+        SLURM_VERSION is the controller's, not the client's): asked once per Slurm object."""
+        if self._version is None:
+            version = self.config().get("SLURM_VERSION", "")
+            if not re.fullmatch(r"\d+\.\d+\.\d+\S*", version):
+                raise SlurmCommandError(f"the controller reported no Slurm version ({shorten(version)!r})")
+            self._version = version
+        return self._version
 
     def partitions(self) -> list[dict[str, str]]:
         """Partition name (the default one ends in '*'), node count, gres and CPUs per node (one row per

@@ -25,6 +25,10 @@ for variable in ("AWS_PROFILE", "AWS_ENDPOINT_URL"):
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 SHARED_CLUSTER = "pytest"
+# Which Slurm the local clusters of this session run: the host's packages (the default) or a root that
+# `scripts/install-slurm.sh --slurm 24.11` built. CI runs the tests marked slurm once per Slurm.
+TEST_SLURM = os.environ.get("CLUSTERKIT_TEST_SLURM", "host")
+os.environ["CLUSTERKIT_LOCAL_SLURM"] = TEST_SLURM  # every local cluster a test creates, in this process or a CLI
 RESILIENT_STEPS = 40  # examples/train_resilient.py's length in the end-to-end tests
 
 
@@ -64,7 +68,7 @@ def local_cluster() -> Iterator[LocalCluster]:
     from clusterkit.providers.local.cluster import check_prerequisites
 
     try:
-        check_prerequisites(ssh=True)
+        check_prerequisites(ssh=True, slurm=TEST_SLURM)
     except Exception as error:
         if os.environ.get("CI"):  # CI installs Slurm itself: a skip there would hide a broken install
             pytest.fail(f"no local Slurm cluster possible in CI: {error}")

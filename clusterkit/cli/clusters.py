@@ -61,6 +61,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
                             "or DRAINED node) or hyperpod (as SageMaker HyperPod's node recovery: only a node marked "
                             "State=FAIL Reason=Action:Replace, or Action:Reboot, once its jobs ended; its nodes carry "
                             "HyperPod's resource config, so clusterkit on them acts as on HyperPod)")
+    local.add_argument("--slurm", default=None, metavar="VERSION",
+                       help="which Slurm runs the cluster: host (this machine's packages) or 24.11 (Debian 13's, "
+                            "from the root `scripts/install-slurm.sh --slurm 24.11` builds); default: "
+                            "$CLUSTERKIT_LOCAL_SLURM, else host")
     source = create.add_argument_group("cluster spec (AWS)")
     source.add_argument("--preset", metavar="NAME", help="start from a preset: p4de, p4d, p5, trn1, trn1n, g5")
     source.add_argument("--file", metavar="SPEC.yaml", help="start from a cluster spec file")
@@ -165,7 +169,7 @@ def create_cluster(args: argparse.Namespace) -> int:
         nodes=args.nodes,
         cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node, ssh=args.ssh,
         timings=args.timings, replace_nodes=args.replace_nodes, boot_delay=args.boot_delay,
-        replacement=args.replacement)
+        replacement=args.replacement, slurm=args.slurm)
     provider = provider_named(request.provider_name)
     refuse_foreign_options(provider, (*request.given(), *(name for name in PLAN_ARGUMENTS
                                                           if getattr(args, name) not in (None, False))))

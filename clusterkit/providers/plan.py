@@ -60,6 +60,8 @@ class ClusterRequest:
     replace_nodes: bool | None = None  # replace failed nodes as clustermgtd does (None: as the timings say)
     boot_delay: float | None = None  # seconds a replacement node takes to boot (None: as the timings say)
     replacement: str | None = None  # whose replacement: "clustermgtd" (the default) or "hyperpod" (turns it on)
+    slurm: str | None = None  # which Slurm: "host" (its packages) or a root install-slurm.sh built ("24.11");
+    # None: $CLUSTERKIT_LOCAL_SLURM, else host
 
     @property
     def provider_name(self) -> str:

@@ -12,6 +12,7 @@ from clusterkit.providers.local.config import (
     LocalLayout,
     render_gres_conf,
     render_hosts,
+    render_launcher,
     render_mysql_conf,
     render_slurm_conf,
     render_slurmdbd_conf,
@@ -37,6 +38,7 @@ def config(nodes: int = 4, gpus: int = 8, timings: str = "test") -> LocalCluster
     ("slurmdbd.conf", lambda: render_slurmdbd_conf(config(), LAYOUT)),
     ("my.cnf", lambda: render_mysql_conf(LAYOUT)),
     ("hosts", lambda: render_hosts(config())),
+    ("slurm-root", lambda: render_launcher(Path("/opt/clusterkit/slurm/24.11"))),
 ])
 def test_rendered_files_match_golden(name, render):
     assert_matches_golden(render(), GOLDEN / name)
@@ -77,3 +79,28 @@ def test_timings_and_their_overrides_survive_the_record():
     assert LocalClusterState.from_json("demo", state.to_json()).config.timings == chosen
     old_record = {key: value for key, value in state.to_json().items() if key != "timings"}
     assert LocalClusterState.from_json("demo", old_record).config.timings == TIMINGS["test"]
+
+
+def test_the_slurm_a_cluster_runs_survives_the_record():
+    state = LocalClusterState(dataclasses.replace(config(), slurm="24.11"))
+    assert LocalClusterState.from_json("demo", state.to_json()).config.slurm == "24.11"
+    assert LocalClusterState.from_json("demo", state.to_json()).config.slurm_root == Path("/opt/clusterkit/slurm/24.11")
+    old_record = {key: value for key, value in state.to_json().items() if key != "slurm"}
+    assert LocalClusterState.from_json("demo", old_record).config.slurm == "host"  # made before the choice
+    assert LocalClusterState.from_json("demo", old_record).config.slurm_root is None
+
+
+def test_a_slurm_root_not_built_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    from clusterkit.errors import MissingDependency
+    from clusterkit.providers.local import slurms
+
+    monkeypatch.setattr(slurms, "ROOTS_DIR", tmp_path / "roots")
+    with pytest.raises(MissingDependency) as raised:
+        slurms.check_installed("24.11")
+    assert raised.value.fix == "build it once with `scripts/install-slurm.sh --slurm 24.11` (a few minutes)"
+    (tmp_path / "roots" / "24.11").mkdir(parents=True)  # half-built: no marker yet
+    with pytest.raises(MissingDependency):
+        slurms.check_installed("24.11")
+    (tmp_path / "roots" / "24.11" / slurms.ROOT_MARKER).write_text("trixie ...\n")
+    slurms.check_installed("24.11")
+    slurms.check_installed("host")

@@ -25,6 +25,7 @@ FLAGS = [
     (["--nodes", "2"], "local"), (["--cpus-per-node", "4"], "local"), (["--gpus-per-node", "1"], "local"),
     (["--ssh"], "local"), (["--timings", "parallelcluster"], "local"), (["--replace-nodes"], "local"),
     (["--no-replace-nodes"], "local"), (["--boot-delay", "5"], "local"), (["--replacement", "hyperpod"], "local"),
+    (["--slurm", "24.11"], "local"),
     (["--execution-role", "arn:aws:iam::123456789012:role/x"], "hyperpod"),
 ]
 OTHER = {"aws": "local", "local": "aws", "hyperpod": "aws"}
@@ -122,3 +123,43 @@ def test_a_dry_run_shows_the_timings_it_would_write(tmp_path) -> None:
                                           "boot_delay_s": 12.0, "replacement": "clustermgtd"}
     conf = next(text for path, text in plan["files"].items() if path.endswith("slurm.conf"))
     assert "SlurmdTimeout=180" in conf.splitlines()
+
+
+@pytest.mark.parametrize("value", ["23.02", "24.11\n", "$(reboot)", "host\u2028", "../../etc"])
+def test_a_slurm_the_local_provider_does_not_run_is_one_line_naming_it_and_the_choices(tmp_path, value: str) -> None:
+    result = run_cli("create-cluster", "--provider", "local", "--name", "x", "--slurm", value, "--dry-run",
+                     home=str(tmp_path))
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert "is not a Slurm the local provider runs (use one of: host, 24.11" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_slurm_comes_from_the_flag_else_the_environment_else_the_host(tmp_path) -> None:
+    def planned(*flag: str, env: str | None = None) -> str:
+        environ = {key: value for key, value in os.environ.items() if key != "CLUSTERKIT_LOCAL_SLURM"}
+        environ |= {"CLUSTERKIT_HOME": str(tmp_path)} | ({"CLUSTERKIT_LOCAL_SLURM": env} if env else {})
+        result = subprocess.run([sys.executable, "-m", "clusterkit", "create-cluster", "--provider", "local",
+                                 "--name", "x", *flag, "--dry-run", "--output", "json"],
+                                capture_output=True, text=True, env=environ)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["details"]["slurm"]
+
+    assert planned() == "host"
+    assert planned(env="24.11") == "24.11"
+    assert planned("--slurm", "host", env="24.11") == "host"
+    assert planned("--slurm", "24.11") == "24.11"
+
+
+def test_a_dry_run_on_a_slurm_root_shows_its_launcher_and_runs_every_daemon_of_slurm_from_it(tmp_path) -> None:
+    result = run_cli("create-cluster", "--provider", "local", "--name", "x", "--slurm", "24.11", "--nodes", "2",
+                     "--dry-run", "--output", "json", home=str(tmp_path))
+    plan = json.loads(result.stdout)
+    launcher = next(path for path in plan["files"] if path.endswith("/bin/slurm-root"))
+    assert "root=/opt/clusterkit/slurm/24.11" in plan["files"][launcher].splitlines()
+    actions = plan["actions"]
+    for daemon in ("munged", "slurmdbd", "slurmctld"):
+        assert any(action.startswith(f"{launcher} {daemon} ") for action in actions), (daemon, actions)
+    slurmd = [action for action in actions if " slurmd -D -N " in action]
+    assert len(slurmd) == 2 and all("mount --rbind" in action and "/opt/clusterkit/slurm/24.11/usr" in action
+                                    for action in slurmd)
+    assert not any("slurm-root" in action for action in actions if action.startswith("mariadbd"))  # the host's

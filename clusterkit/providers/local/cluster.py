@@ -25,7 +25,7 @@ from clusterkit.errors import AlreadyExists, ClusterkitError, MissingDependency
 from clusterkit.pids import pid_alive, start_time
 from clusterkit.providers.base import (ClusterInfo, DeletionPlan, NodeAction, NodeActionPlan, Progress, Replacement,
                                        ResizeResult, cannot_act_on_nodes, quiet, slurm_nodes)
-from clusterkit.providers.local import processes
+from clusterkit.providers.local import processes, slurms
 from clusterkit.providers.local.config import (
     SSHD_PRIVSEP_DIR,
     TIMINGS,
@@ -38,6 +38,7 @@ from clusterkit.providers.local.config import (
     render_gres_conf,
     render_hosts,
     render_hyperpod_resource_config,
+    render_launcher,
     render_mysql_conf,
     render_slurm_conf,
     render_slurmdbd_conf,
@@ -68,8 +69,8 @@ LOCAL_GPU_PCI = "PCI:0000:10:1c"  # the fake GPU a device fault names, as the dr
 LOCAL_GPU_BUS_ID = "00000000:10:1C.0"  # the same GPU as nvidia-smi names it
 
 
-def check_prerequisites(ssh: bool = False) -> None:
-    """Fail early, before anything is written, when this machine cannot run a local cluster."""
+def check_prerequisites(ssh: bool = False, slurm: str = slurms.HOST) -> None:
+    """Fail early, before anything is written, when this machine cannot run a local cluster (of Slurm `slurm`)."""
     if os.geteuid() != 0:
         raise ClusterkitError(
             "the local provider runs munged, slurmdbd, slurmctld and slurmd as root and needs root "
@@ -83,6 +84,7 @@ def check_prerequisites(ssh: bool = False) -> None:
             f"missing programs for a local Slurm cluster: {', '.join(missing)}",
             fix=f"install them with `{INSTALL_COMMAND}` (or run scripts/install-slurm.sh)",
         )
+    slurms.check_installed(slurm)
 
 
 def _mariadb_template(progress: Progress) -> Path:
@@ -121,13 +123,14 @@ class LocalProvider:
     options = (Option("nodes", "--nodes"), Option("cpus_per_node", "--cpus-per-node"),
                Option("gpus_per_node", "--gpus-per-node"), Option("memory_mb_per_node", "memory_mb_per_node"),
                Option("ssh", "--ssh"), Option("timings", "--timings"), Option("replace_nodes", "--replace-nodes"),
-               Option("boot_delay", "--boot-delay"), Option("replacement", "--replacement"))
+               Option("boot_delay", "--boot-delay"), Option("replacement", "--replacement"),
+               Option("slurm", "--slurm"))
 
     def plan(self, request: ClusterRequest) -> ClusterPlan[LocalPlanDetails]:
         refuse_foreign_options(self, request.given())
         timings = timings_named(request.timings, request.replace_nodes, request.boot_delay, request.replacement)
         cluster = LocalCluster._new(request.name, request.nodes, request.cpus_per_node, request.gpus_per_node,
-                                    request.memory_mb_per_node, request.ssh, timings)
+                                    request.memory_mb_per_node, request.ssh, timings, slurms.chosen(request.slurm))
         if cluster._as_hyperpod and set(str(cluster.layout.hyperpod_opt)) & set(",:\\"):
             # The overlay's mount options cannot hold them.
             raise ClusterkitError(f"--replacement hyperpod cannot give the nodes of a cluster in "
@@ -143,7 +146,7 @@ class LocalProvider:
 
     def prepare(self, plan: ClusterPlan[LocalPlanDetails],
                 progress: Progress = quiet) -> ClusterPlan[LocalPlanDetails]:
-        check_prerequisites(ssh=plan.details.config.ssh)
+        check_prerequisites(ssh=plan.details.config.ssh, slurm=plan.details.config.slurm)
         if registry.exists(plan.name):
             raise AlreadyExists(f"a cluster named {plan.name!r} already exists",
                                 fix=f"use it, or delete it first with `clusterkit delete-cluster {plan.name}`")
@@ -215,13 +218,17 @@ class LocalCluster:
 
     @property
     def env(self) -> dict[str, str]:
-        """What a shell needs to use this cluster with plain Slurm commands."""
-        return {"SLURM_CONF": str(self.layout.slurm_conf)}
+        """What a shell needs to use this cluster with plain Slurm commands (on a Slurm root, its clients first)."""
+        env = {"SLURM_CONF": str(self.layout.slurm_conf)}
+        if self.config.slurm_root is not None:
+            env["PATH"] = f"{self.layout.bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        return env
 
     # ----- create -------------------------------------------------------------------------------
     @classmethod
     def _new(cls, name: str, nodes: int, cpus_per_node: int, gpus_per_node: int,
-             memory_mb_per_node: int, ssh: bool = False, timings: Timings = TIMINGS["test"]) -> LocalCluster:
+             memory_mb_per_node: int, ssh: bool = False, timings: Timings = TIMINGS["test"],
+             slurm: str = slurms.HOST) -> LocalCluster:
         """A cluster object with its ports chosen, not yet saved or started."""
         registry.check_cluster_name(name)
         if nodes < 1 or cpus_per_node < 1 or gpus_per_node < 0:
@@ -237,7 +244,7 @@ class LocalCluster:
         return cls.from_config(LocalClusterConfig(
             name=name, nodes=nodes, cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node,
             memory_mb_per_node=memory_mb_per_node, base_port=base_port,
-            controller_host=socket.gethostname().split(".")[0], ssh=ssh, timings=timings))
+            controller_host=socket.gethostname().split(".")[0], ssh=ssh, timings=timings, slurm=slurm))
 
     @classmethod
     def from_config(cls, config: LocalClusterConfig) -> LocalCluster:
@@ -273,6 +280,8 @@ class LocalCluster:
             files[layout.sshd_config] = render_sshd_config(config, layout, self._session_path())
         if self._as_hyperpod:
             files[layout.hyperpod_resource_config] = render_hyperpod_resource_config(config)
+        if config.slurm_root is not None:
+            files[layout.launcher] = render_launcher(config.slurm_root)
         return files
 
     @property
@@ -282,19 +291,23 @@ class LocalCluster:
         return timings.replace_nodes and timings.replacement is ReplacementStyle.HYPERPOD
 
     def _session_path(self) -> str:
-        """PATH of jobs and of SSH sessions: the Python that drives the cluster (its venv) first."""
-        return f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        """PATH of clusterkit's Slurm commands, of jobs and of SSH sessions: a Slurm root's client commands (the
+        cluster's bin directory) first, then the Python that drives the cluster (its venv)."""
+        path = f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        return path if self.config.slurm_root is None else f"{self.layout.bin}:{path}"
 
     def _daemon_commands(self) -> dict[str, list[str]]:
         layout = self.layout
+        # A cluster on a Slurm root runs munged, slurmdbd and slurmctld through its launcher (MariaDB is the host's).
+        launch = [str(layout.launcher)] if self.config.slurm_root is not None else []
         commands = {
-            "munged": ["munged", "--foreground", "--force", f"--socket={layout.munge_socket}",
+            "munged": [*launch, "munged", "--foreground", "--force", f"--socket={layout.munge_socket}",
                        f"--key-file={layout.munge_key}", f"--pid-file={layout.run}/munged.pid",
                        f"--log-file={layout.log}/munged.log", f"--seed-file={layout.run}/munged.seed"],
             "mariadb": ["mariadbd", f"--defaults-file={layout.mysql_conf}"],
             # slurmdbd reads the slurmdbd.conf beside $SLURM_CONF.
-            "slurmdbd": ["slurmdbd", "-D"],
-            "slurmctld": ["slurmctld", "-D", "-i", "-f", str(layout.slurm_conf)],
+            "slurmdbd": [*launch, "slurmdbd", "-D"],
+            "slurmctld": [*launch, "slurmctld", "-D", "-i", "-f", str(layout.slurm_conf)],
         }
         # A mount + UTS namespace per node: its own /etc/hosts and host name. Slave propagation: mounts
         # made on this machine later (a file system for checkpoints) reach the nodes; the nodes' own
@@ -306,6 +319,11 @@ class LocalCluster:
             # /opt, seen by the node only): clusterkit on the node (the supervisor) knows HyperPod by it.
             script = 'mount -t overlay overlay -o "lowerdir=$4:/opt" /opt && ' + script
             extra = [str(layout.hyperpod_opt)]
+        root = self.config.slurm_root
+        if root is not None:
+            # The node's slurmd, its slurmstepd and the job steps all run the root's /usr (slurms.py).
+            extra.append(f"{root}/usr")
+            script = script.replace("exec slurmd", f'mount --rbind "${3 + len(extra)}" /usr && exec slurmd')
         for node in self.config.node_names:
             commands[f"slurmd-{node}"] = ["unshare", "--mount", "--uts", "--propagation", "slave",
                                           "sh", "-c", script, "slurmd", str(layout.hosts_file), node,
@@ -335,13 +353,21 @@ class LocalCluster:
             handle.write(os.urandom(1024))
         if self._as_hyperpod:
             layout.hyperpod_resource_config.parent.mkdir(parents=True)
+        if config.slurm_root is not None:
+            layout.bin.mkdir()
+            for command in slurms.CLIENT_COMMANDS:
+                (layout.bin / command).symlink_to(layout.launcher.name)
         for path, text in files.items():
-            # slurmdbd refuses a config that others can read.
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
-                                 0o600 if Path(path) == layout.slurmdbd_conf else 0o644)
+            # slurmdbd refuses a config that others can read; the launcher runs.
+            mode = {layout.slurmdbd_conf: 0o600, layout.launcher: 0o755}.get(Path(path), 0o644)
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
             with os.fdopen(descriptor, "w") as handle:
                 handle.write(text)
         shutil.copytree(_mariadb_template(progress), layout.mysql_data)
+        # The accounting database exists before slurmdbd first connects (a database is a directory to MariaDB):
+        # Debian 13's client library reports a connection to a missing database as a TLS error, which keeps Slurm
+        # 24.11's slurmdbd from creating it and costs a 5 s retry.
+        (layout.mysql_data / "slurm_acct_db").mkdir()
         if config.ssh:
             self._make_ssh_keys()
 
@@ -357,7 +383,8 @@ class LocalCluster:
         SSHD_PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
 
     def _spawn(self, key: str, **extra_env: str) -> int:
-        env = dict(os.environ, SLURM_CONF=str(self.layout.slurm_conf), **extra_env)
+        # The cluster's agent and replacer run Slurm's commands: those of the cluster's Slurm.
+        env = dict(os.environ, SLURM_CONF=str(self.layout.slurm_conf), PATH=self._session_path(), **extra_env)
         pid = processes.spawn(self._daemon_commands()[key], self.layout.log / f"{key}.stdout", env=env)
         self.pids[key] = pid
         self.state.start_times[key] = start_time(pid)
@@ -518,8 +545,12 @@ class LocalCluster:
             details={"slurm_conf": str(self.layout.slurm_conf), "directory": str(self.layout.root),
                      "ports": {"slurmctld": self.config.slurmctld_port, "slurmdbd": self.config.slurmdbd_port},
                      "daemons": daemons, "python": sys.executable, "timings": self.config.timings.describe(),
+                     # The choice made at create, and what the running controller says it is.
+                     "slurm": self.config.slurm, "slurm_version": self._slurm.version() if controller_up else None,
                      **({"ssh": self.ssh_target().to_dict()} if self.config.ssh else {})},
-            where=f"with {self.config.nodes} nodes; use Slurm directly: export SLURM_CONF={self.layout.slurm_conf}")
+            where=f"with {self.config.nodes} nodes; use Slurm directly: "
+                  + (f"export SLURM_CONF={self.layout.slurm_conf}" if self.config.slurm_root is None
+                     else f'eval "$(clusterkit local env {self.name})"'))
 
     def ssh_target(self) -> SshTarget:
         """How to reach the head node from elsewhere (`create-cluster --ssh`): what `clusterkit connect` takes."""

@@ -8,11 +8,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import shlex
 from dataclasses import field
 from pathlib import Path
 
 from clusterkit.errors import ClusterkitError
 from clusterkit.lean_dataclass import lean_dataclass
+from clusterkit.providers.local import slurms
 from clusterkit.registry import JsonObject
 
 
@@ -122,6 +124,15 @@ class LocalLayout:
     def hyperpod_resource_config(self) -> Path:
         """HyperPod's resource config as a node sees it at /opt/ml/config/resource_config.json."""
         return self.hyperpod_opt / "ml" / "config" / "resource_config.json"
+
+    @property
+    def bin(self) -> Path:
+        """A cluster on a Slurm root: its launcher and a link to it per client command (first on the PATH)."""
+        return self.root / "bin"
+
+    @property
+    def launcher(self) -> Path:
+        return self.bin / "slurm-root"
 
     def pid_file(self, daemon: str) -> Path:
         return self.run / f"{daemon}.pid"
@@ -257,6 +268,11 @@ class LocalClusterConfig:
     controller_host: str  # this machine's short host name: slurmctld checks it
     ssh: bool = False  # an sshd for the head node (`create-cluster --ssh`): the cluster reached from afar
     timings: Timings = field(default_factory=lambda: TIMINGS["test"])
+    slurm: str = slurms.HOST  # which Slurm it runs: the host's packages or a root (slurms.CHOICES)
+
+    @property
+    def slurm_root(self) -> Path | None:
+        return slurms.root_of(self.slurm)
 
     @property
     def node_names(self) -> list[str]:
@@ -314,7 +330,7 @@ class LocalPlanDetails:
 
     def plan_fields(self) -> JsonObject:
         return {"details": {"directory": self.directory, "ports": list(self.config.ports),  # type: ignore[dict-item]
-                            "timings": self.config.timings.describe()}}
+                            "timings": self.config.timings.describe(), "slurm": self.config.slurm}}
 
 
 @lean_dataclass
@@ -332,6 +348,7 @@ class LocalClusterState:
         return {"nodes": config.nodes, "cpus_per_node": config.cpus_per_node, "gpus_per_node": config.gpus_per_node,
                 "memory_mb_per_node": config.memory_mb_per_node, "base_port": config.base_port,
                 "controller_host": config.controller_host, "ssh": config.ssh, "timings": config.timings.to_json(),
+                "slurm": config.slurm,
                 "pids": dict(self.pids),
                 "start_times": dict(self.start_times), "namespaces": dict(self.namespaces)}  # type: ignore[dict-item]
 
@@ -342,7 +359,8 @@ class LocalClusterState:
             gpus_per_node=int(data["gpus_per_node"]),  # type: ignore[arg-type]
             memory_mb_per_node=int(data["memory_mb_per_node"]), base_port=int(data["base_port"]),  # type: ignore
             controller_host=str(data["controller_host"]), ssh=bool(data.get("ssh", False)),
-            timings=Timings.from_json(data.get("timings")))  # type: ignore[arg-type]
+            timings=Timings.from_json(data.get("timings")),  # type: ignore[arg-type]
+            slurm=str(data.get("slurm", slurms.HOST)))  # a record from before the choice ran the host's
 
         def strings(key: str) -> dict[str, str | None]:
             return {str(k): None if v is None else str(v) for k, v in (data.get(key) or {}).items()}  # type: ignore
@@ -470,6 +488,31 @@ def render_hosts(config: LocalClusterConfig) -> str:
         f"127.0.0.1\tlocalhost {config.controller_host} {names}\n"
         "::1\tlocalhost ip6-localhost ip6-loopback\n"
     )
+
+
+def render_launcher(root: Path) -> str:
+    """The launcher of a cluster on a Slurm root: runs the command it is called as (a link named after a client
+    command) or is given, with the root's /usr over /usr. In such a namespace already (a job step, a daemon) it
+    only runs the root's command: a second namespace would hide a step's processes from its node's."""
+    return "\n".join([
+        "#!/bin/sh",
+        "# clusterkit: Slurm from " + str(root) + " (generated, do not edit).",
+        f"root={shlex.quote(str(root))}",
+        'command=$(basename "$0")',
+        'if [ "$command" = slurm-root ]; then command=$1; shift; fi',
+        'self=$(dirname "$0")/slurm-root',
+        'if [ /usr -ef "$root/usr" ]; then',
+        '  case "$command" in',
+        '    */*) exec "$command" "$@" ;;',
+        "  esac",
+        '  for dir in /usr/bin /usr/sbin; do [ -x "$dir/$command" ] && exec "$dir/$command" "$@"; done',
+        '  echo "slurm-root: no $command in $root" >&2; exit 127',
+        "fi",
+        # Slave propagation: mounts made on this machine later still reach the command.
+        'exec unshare --mount --propagation slave -- sh -c \'mount --rbind "$0/usr" /usr && exec "$@"\' '
+        '"$root" "$self" "$command" "$@"',
+        "",
+    ])
 
 
 SSHD_PRIVSEP_DIR = Path("/run/sshd")  # Debian's sshd refuses to start without it
