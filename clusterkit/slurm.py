@@ -192,9 +192,10 @@ class Slurm:
         """The Slurm version of the cluster's controller, as slurmctld reports it (`scontrol show config`'s
         SLURM_VERSION is the controller's, not the client's): asked once per Slurm object."""
         if self._version is None:
-            version = self.config().get("SLURM_VERSION", "")
-            if not re.fullmatch(r"\d+\.\d+\.\d+\S*", version):
-                raise SlurmCommandError(f"the controller reported no Slurm version ({shorten(version)!r})")
+            version = controller_version(self.run("scontrol", "show", "config").stdout)
+            if version is None:
+                raise SlurmCommandError("the controller reported no Slurm version (`scontrol show config` has no "
+                                        "SLURM_VERSION)")
             self._version = version
         return self._version
 
@@ -321,6 +322,17 @@ def _failed(call: list[str], result: subprocess.CompletedProcess[str]) -> SlurmC
     return SlurmCommandError(f"`{' '.join(call)}` failed: {detail[-1] if detail else result.returncode}")
 
 
+def controller_version(config_output: str) -> str | None:
+    """The controller's Slurm version (24.11.5) in `scontrol show config`'s output; None without one."""
+    found = re.search(r"^SLURM_VERSION\s*=\s*(\d+\.\d+\.\d+\S*)\s*$", config_output, re.MULTILINE)
+    return found.group(1) if found else None
+
+
+def release(version: str) -> str:
+    """A Slurm version's release (major.minor: 24.11 of 24.11.5), what compatibility and behaviour go by."""
+    return ".".join(version.split(".")[:2])
+
+
 def parse_duration(text: str) -> float | None:
     """Slurm's [D-]HH:MM:SS, MM:SS or M as seconds; None for UNLIMITED, INVALID and anything else."""
     days, _, clock = text.strip().rpartition("-")
@@ -355,7 +367,9 @@ def parse_accounting(output: str) -> list[AccountingRecord]:
 
 
 def parse_job_details(output: str) -> dict[str, str]:
-    line = next(iter(lines(output)), "")
+    # `-o` ends every field with a space. Slurm 22.05 ends the line with an empty Power=; 24.11 dropped it, so
+    # the space would end the last field there (StdOut, a log path).
+    line = next(iter(lines(output)), "").removesuffix(" ")
     # Values may hold spaces (log paths): a value runs until the next " Key=".
     return {key: value for key, value in re.findall(r"(?:^|\s)([A-Za-z:/_]+)=(.*?)(?=\s[A-Za-z:/_]+=|$)", line)}
 

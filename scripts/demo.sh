@@ -6,17 +6,25 @@
 # seconds and marked DOWN, the node replaced, and the run resuming by itself at full size from its last valid
 # checkpoint, ending with weights bit-identical to a run that never stopped; then where its time went (goodput)
 # and its timeline (demo-timeline.html, beside this repository's README).
+# `--slurm 24.11` runs it on Debian 13's Slurm (built once by scripts/install-slurm.sh) instead of the host's.
 set -euo pipefail
+slurm=host
+case "${1:-}" in
+  --slurm) slurm="${2:-}"; shift 2 || true ;;
+  --slurm=*) slurm="${1#--slurm=}"; shift ;;
+esac
+[ $# -eq 0 ] || { echo "usage: bash scripts/demo.sh [--slurm host|24.11]" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 setup_log=$(mktemp)
-bash scripts/setup-dev.sh >"$setup_log" 2>&1 || { cat "$setup_log"; exit 1; }
+{ bash scripts/setup-dev.sh && bash scripts/install-slurm.sh --slurm "$slurm"; } >"$setup_log" 2>&1 || {
+  cat "$setup_log"; exit 1; }
 ck() { "$repo/.venv/bin/clusterkit" "$@"; }
 field() { "$repo/.venv/bin/python" -c "import json,sys; print(json.load(sys.stdin)[sys.argv[1]])" "$1"; }
 
 name=demo
 ck delete-cluster "$name" >/dev/null 2>&1 || true
-ck create-cluster --provider local --name "$name" --nodes 2 --timings parallelcluster --boot-delay 10
+ck create-cluster --provider local --name "$name" --nodes 2 --timings parallelcluster --boot-delay 10 --slurm "$slurm"
 work=$(mktemp -d)
 trap 'ck delete-cluster "$name"; rm -rf "$work"' EXIT
 ln -s "$repo/examples" "$work/examples"

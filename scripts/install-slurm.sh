@@ -25,6 +25,13 @@ esac
 
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
+policy_added=""
+building=""
+cleanup() {
+  [ -z "$policy_added" ] || $sudo rm -f /usr/sbin/policy-rc.d
+  [ -z "$building" ] || $sudo rm -rf "$building"
+}
+trap cleanup EXIT
 
 install_host_packages() {
   local missing=() package
@@ -38,7 +45,7 @@ install_host_packages() {
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' | $sudo tee /usr/sbin/policy-rc.d >/dev/null
     $sudo chmod +x /usr/sbin/policy-rc.d
-    trap '$sudo rm -f /usr/sbin/policy-rc.d' EXIT
+    policy_added=1
   fi
   echo "install-slurm: installing ${missing[*]}"
   $sudo apt-get update -qq
@@ -69,7 +76,6 @@ started=$(date +%s)
 building="$root.building.$$"
 $sudo rm -rf "$building"
 $sudo mkdir -p "$(dirname "$root")"
-trap '$sudo rm -rf "$building"' EXIT
 echo "install-slurm: building a Debian $suite root with Slurm in $root (once; a few minutes)"
 # Manual pages, documentation and translations are left out: nothing runs them.
 $sudo mmdebstrap --variant=essential --mode=root --quiet \
@@ -77,6 +83,7 @@ $sudo mmdebstrap --variant=essential --mode=root --quiet \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
   --dpkgopt='path-exclude=/usr/share/locale/*' \
   "$suite" "$building" "http://deb.debian.org/debian"
+# shellcheck disable=SC2016  # dpkg-query's own format, not the shell's
 version=$($sudo chroot "$building" dpkg-query -W -f='${Version}' slurmctld)
 case "$version" in
   24.11.*) ;;
@@ -86,5 +93,5 @@ echo "${version%%-*}" | $sudo tee "$building/.clusterkit-version" >/dev/null
 echo "$stamp" | $sudo tee "$building/.clusterkit-root" >/dev/null
 $sudo rm -rf "$root"
 $sudo mv "$building" "$root"
-trap - EXIT
+building=""
 echo "install-slurm: Slurm ${version%%-*} root ready in $root ($(du -sh "$root" | cut -f1), $(( $(date +%s) - started )) s)"

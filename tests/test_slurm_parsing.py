@@ -40,6 +40,31 @@ def test_job_details_keep_paths_with_spaces(fake_slurm_bin):
     assert details["NodeList"] == "n[1-2]" and details["Power"] == ""
 
 
+@pytest.mark.parametrize("ending", [
+    " StdOut=/data/my runs/x_5.out Power= \n",  # 22.05: every field ends with a space, the empty Power= last
+    " StdOut=/data/my runs/x_5.out \n",  # 24.11: no Power=, so the log path ends the line, then the space
+])
+def test_job_details_end_at_the_space_after_the_last_field_in_either_release(fake_slurm_bin, ending):
+    fake_slurm_bin("scontrol", "JobId=5 JobName=j StdErr=/data/e.err" + ending)
+    assert Slurm().job_details("5")["StdOut"] == "/data/my runs/x_5.out"
+
+
+def test_the_controllers_version_is_read_from_it_once(fake_slurm_bin, tmp_path):
+    fake_slurm_bin("scontrol", "Configuration data as of 2026-12-06T18:00:00\nSLURM_CONF              = /x/slurm.conf\n"
+                               "SLURM_VERSION           = 24.11.5\nSrunEpilog              = (null)\n")
+    slurm = Slurm()
+    assert slurm.version() == "24.11.5"
+    fake_slurm_bin("scontrol", "SLURM_VERSION           = 22.05.8\n")
+    assert slurm.version() == "24.11.5"  # one cluster, one controller: asked once
+    assert Slurm().version() == "22.05.8"
+
+
+def test_a_controller_that_gives_no_version_is_a_one_line_error(fake_slurm_bin):
+    fake_slurm_bin("scontrol", "SLURM_VERSION           = (null)\n")
+    with pytest.raises(ClusterkitError, match="the controller reported no Slurm version"):
+        Slurm().version()
+
+
 @pytest.mark.parametrize("job_id", ["", " ", "5 6", "-a"])
 def test_job_details_of_no_job_id_never_describe_every_job(fake_slurm_bin, job_id):
     fake_slurm_bin("scontrol", "JobId=5 JobName=someone-elses StdOut=/data/theirs.out\n")

@@ -135,14 +135,14 @@ def print_run_flags(args: argparse.Namespace) -> int:
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    from clusterkit.stack.doctor import NO_ACCELERATOR, checks_for_node, examine_node, failed
+    from clusterkit.stack.doctor import NO_ACCELERATOR, check_slurm, checks_for_node, examine_node, failed
     from clusterkit.stack.probe import probe_for_root
 
     if not Path(args.root).is_dir():
         raise ClusterkitError(f"--root {args.root!r} is not a directory", fix="pass / or a node's root file system")
     probe = probe_for_root(args.root)
     node = examine_node(probe, args.accelerator, args.expect_instance_type)
-    results = checks_for_node(probe, node)
+    results = [*checks_for_node(probe, node), check_slurm(probe)]  # the doctor's own: not the node health check's
     if args.output == "json":
         print_json({"accelerator": node.accelerator,
                     "instance_type": node.instance.name if node.instance else None,

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from clusterkit.catalog import InstanceType, find_instance_type, resolve_instance_type
 from clusterkit.errors import ClusterkitError
 from clusterkit.lean_dataclass import lean_dataclass
+from clusterkit.slurm import controller_version, release
 from clusterkit.stack.probe import Probe
 from clusterkit.versions import version_tuple
 
@@ -505,6 +506,29 @@ def checks_for_node(probe: Probe, node: Node) -> list[CheckResult]:
     skipped = [CheckResult(name, "ami" if "driver" in name else "container", Status.SKIP, "no accelerator found")
                for name in NO_ACCELERATOR_SKIPPED]
     return [*skipped, check_efa_devices(probe, node), check_libfabric_efa(probe, node)]
+
+
+def check_slurm(probe: Probe) -> CheckResult:
+    """The Slurm this node talks to: the controller's version (as it reports itself) and this node's clients'.
+    Never a failure (the node health check must not drain nodes over it); a controller of another release than the
+    clients is a warning: Slurm's clients speak only to controllers a couple of releases apart."""
+    name, layer = "slurm", "ami"
+    clients = probe.run(["sinfo", "--version"])
+    if clients is None:
+        return CheckResult(name, layer, Status.SKIP, "no Slurm client commands on this node")
+    client_version = (re.findall(r"\d+\.\d+\.\d+\S*", clients) or ["?"])[0]
+    config = probe.run(["scontrol", "show", "config"]) or ""
+    version = controller_version(config)
+    if version is None:
+        said = (config.strip().splitlines() or ["no answer"])[-1]
+        return CheckResult(name, layer, Status.WARN, f"clients {client_version}; no controller answered: {said}",
+                           "point SLURM_CONF at the cluster's slurm.conf (a local cluster: eval \"$(clusterkit local "
+                           "env NAME)\") and check that slurmctld runs")
+    if release(version) != release(client_version):
+        return CheckResult(name, layer, Status.WARN, f"controller {version}, clients {client_version}",
+                           "use the clients of the controller's release (a local cluster: eval \"$(clusterkit local "
+                           "env NAME)\")")
+    return CheckResult(name, layer, Status.PASS, f"Slurm {version} (controller), clients {client_version}")
 
 
 def failed(results: list[CheckResult]) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from clusterkit.errors import AlreadyExists
 from clusterkit.pids import pid_alive
 from clusterkit.providers.local import processes
 from clusterkit.providers.local.cluster import LocalCluster
+from clusterkit.slurm import release
 
 pytestmark = pytest.mark.slurm
 
@@ -177,7 +179,9 @@ def test_watch_rides_through_a_controller_restart(own_cluster, job_dir):
 def test_a_daemon_restarted_by_hand_is_still_seen_and_stopped_by_delete(own_cluster):
     old = own_cluster._ours("slurmctld")
     processes.stop_pids([old])
-    by_hand = processes.spawn(["slurmctld", "-D", "-i", "-f", str(own_cluster.layout.slurm_conf)],
+    # On a Slurm root, by hand is through the cluster's launcher: the host's slurmctld is another release.
+    launch = [str(own_cluster.layout.launcher)] if own_cluster.config.slurm_root else []
+    by_hand = processes.spawn([*launch, "slurmctld", "-D", "-i", "-f", str(own_cluster.layout.slurm_conf)],
                               own_cluster.layout.log / "by-hand.stdout")
     wait_for(lambda: processes.port_listening(own_cluster.config.slurmctld_port), 30, "slurmctld by hand")
     again = LocalCluster.get("own")
@@ -244,7 +248,32 @@ def test_status_shows_both_attempts_after_two_nodes_crash_at_once(local_cluster,
         for node in nodes:
             local_cluster.start_node(node)
     status = json.loads(clusterkit("status", handle.job_id, "--cluster", local_cluster.name, "-o", "json").stdout)
-    # Accounting keeps one record for both attempts here (seen with Slurm 22.05); the controller's
-    # restart count still shows the first.
-    assert [(a["attempt"], a["classification"]) for a in status["attempts"]] == [
-        (0, "requeued (not in accounting)"), (1, "completed")], status
+    # Slurm 22.05's accounting keeps one record for both attempts here (the controller's restart count still
+    # shows the first); 24.11's keeps the first attempt's own, NODE_FAIL.
+    first = "requeued (not in accounting)" if release(local_cluster.slurm().version()) == "22.05" else "node_failure"
+    assert [(a["attempt"], a["classification"]) for a in status["attempts"]] == [(0, first), (1, "completed")], status
+
+
+def test_describe_and_doctor_report_the_slurm_the_cluster_runs(local_cluster, job_dir):
+    """The version comes from the running controller; what the test expects, from the daemon's own binary."""
+    root = local_cluster.config.slurm_root
+    launch = [str(local_cluster.layout.launcher)] if root else []
+    said = subprocess.run([*launch, "slurmctld", "-V"], capture_output=True, text=True, check=True).stdout
+    expected = said.split()[-1]  # "slurm-wlm 24.11.5"
+    described = json.loads(clusterkit("describe-cluster", local_cluster.name, "-o", "json").stdout)
+    assert (described["slurm"], described["slurm_version"]) == (local_cluster.config.slurm, expected)
+    assert (root is None) == (local_cluster.config.slurm == "host")
+    # The doctor, as a person runs it with the cluster's clients (`eval "$(clusterkit local env NAME)"`), and inside
+    # a job step on a node.
+    shell = dict(os.environ, **local_cluster.env)
+    doctor = json.loads(subprocess.run([sys.executable, "-m", "clusterkit", "doctor", "-o", "json"], env=shell,
+                                       capture_output=True, text=True).stdout)
+    (slurm,) = [check for check in doctor["checks"] if check["name"] == "slurm"]
+    assert slurm["status"] == "pass" and slurm["detail"] == f"Slurm {expected} (controller), clients {expected}"
+    out = job_dir / "doctor.json"
+    job_id = local_cluster.slurm().sbatch(f"#!/bin/bash\n#SBATCH --output={out}\n{sys.executable} -m clusterkit "
+                                          "doctor -o json\n")
+    wait_for(lambda: [s for s, _ in sacct_states(local_cluster, job_id)] == ["FAILED"] or
+             [s for s, _ in sacct_states(local_cluster, job_id)] == ["COMPLETED"], 60, "the doctor's job")
+    (in_job,) = [check for check in json.loads(out.read_text())["checks"] if check["name"] == "slurm"]
+    assert in_job == slurm

@@ -66,7 +66,10 @@ def test_a_frozen_node_goes_silent_its_step_blocks_and_slurm_notices_only_after_
                              interval=0.2)
         noticed = time.monotonic() - frozen_at
         timeout = own_cluster.config.timings.slurmd_timeout
-        assert timeout <= noticed <= 4 * timeout, noticed  # SlurmdTimeout, never before it
+        # SlurmdTimeout, never before it. Slurm 24.11 takes longer to give up on a node that accepts connections
+        # but never answers (measured 21.6 s at SlurmdTimeout=5, MessageTimeout=5; 22.05 within 4 × SlurmdTimeout):
+        # one more MessageTimeout of slack covers both.
+        assert timeout <= noticed <= 4 * timeout + own_cluster.config.timings.message_timeout, noticed
     finally:
         own_cluster.thaw_node(node)
         own_cluster.slurm().cancel(job_id)

@@ -235,7 +235,9 @@ def test_cli_json(p4d_node, capsys: pytest.CaptureFixture[str]) -> None:
     report = json.loads(out)
     assert code == 0
     assert report["accelerator"] == "gpu" and report["instance_type"] == "p4d.24xlarge"
-    assert {c["status"] for c in report["checks"]} == {"pass"}
+    assert {c["status"] for c in report["checks"] if c["name"] != "slurm"} == {"pass"}
+    assert report["checks"][-1] == {"name": "slurm", "layer": "ami", "status": "skip",  # no Slurm recorded there
+                                    "detail": "no Slurm client commands on this node", "fix": ""}
 
 
 @pytest.mark.parametrize(("limit", "status"), [("unlimited", "pass"), (str(16 << 30), "pass"), ("65536", "warn")])
@@ -248,3 +250,31 @@ def test_a_low_locked_memory_limit_is_a_warning(p4d_node, limit: str, status: st
     assert memlock.status.value == status
     if status == "warn":
         assert "65536 bytes" in memlock.detail and "memlock" in memlock.fix
+
+
+# --- the Slurm the node talks to (the doctor's own check, not the node health check's) ---------------------------
+
+def _slurm_node(tmp_path, sinfo: str | None, config: str | None) -> RecordedProbe:
+    commands = tmp_path / ".commands"
+    commands.mkdir()
+    if sinfo is not None:
+        (commands / "sinfo__--version").write_text(sinfo)
+    if config is not None:
+        (commands / "scontrol__show__config").write_text(config)
+    return RecordedProbe(tmp_path)
+
+
+@pytest.mark.parametrize(("sinfo", "config", "status", "detail"), [
+    ("slurm-wlm 24.11.5\n", "SLURM_CONF = /c/slurm.conf\nSLURM_VERSION           = 24.11.5\n", Status.PASS,
+     "Slurm 24.11.5 (controller), clients 24.11.5"),
+    ("slurm 22.05.8\n", "SLURM_VERSION = 24.11.5\n", Status.WARN, "controller 24.11.5, clients 22.05.8"),
+    ("slurm 22.05.8\n", "slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)\n",
+     Status.WARN, "clients 22.05.8; no controller answered: slurm_load_ctl_conf error: Unable to contact"),
+    (None, None, Status.SKIP, "no Slurm client commands on this node"),
+])
+def test_the_doctor_reports_the_slurm_of_the_controller_it_talks_to(tmp_path, sinfo, config, status, detail) -> None:
+    from clusterkit.stack.doctor import check_slurm
+
+    check = check_slurm(_slurm_node(tmp_path, sinfo, config))
+    assert check.status is status and check.detail.startswith(detail), check
+    assert check.status is not Status.FAIL  # never a reason to drain a node

@@ -307,7 +307,11 @@ class LocalCluster:
             "mariadb": ["mariadbd", f"--defaults-file={layout.mysql_conf}"],
             # slurmdbd reads the slurmdbd.conf beside $SLURM_CONF.
             "slurmdbd": [*launch, "slurmdbd", "-D"],
-            "slurmctld": [*launch, "slurmctld", "-D", "-i", "-f", str(layout.slurm_conf)],
+            # In a mount namespace whose /etc/hosts names the nodes: Slurm 24.11's srun tells slurmctld its node's
+            # name (n1), not an address, and slurmctld blocks resolving it (10 s, clients time out) when it cannot.
+            "slurmctld": ["unshare", "--mount", "--propagation", "slave", "sh", "-c",
+                          'mount --bind "$0" /etc/hosts && exec "$@"', str(layout.hosts_file),
+                          *launch, "slurmctld", "-D", "-i", "-f", str(layout.slurm_conf)],
         }
         # A mount + UTS namespace per node: its own /etc/hosts and host name. Slave propagation: mounts
         # made on this machine later (a file system for checkpoints) reach the nodes; the nodes' own
