@@ -154,6 +154,8 @@ def test_a_host_key_accepted_on_first_use_is_kept_in_the_clusters_own_file(local
     assert control_sockets(tmpdir / f"clusterkit-ssh-{os.getuid()}")  # commands share one connection
     described = clusterkit(env, "describe-cluster", "tofu", "-o", "json")
     assert json.loads(described.stdout)["status"] == "running", described.stderr
+    # The Slurm of the controller at the far end, through the clients its SSH sessions get (on a Slurm root, its own).
+    assert json.loads(described.stdout)["slurm_version"] == local_cluster.slurm().version()
 
 
 class Forwarder:

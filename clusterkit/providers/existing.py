@@ -98,11 +98,12 @@ class ExistingCluster:
         up = slurm.ping()
         nodes = slurm_nodes(slurm) if up else ()
         status = "running" if up else "stopped"
+        version = {"slurm_version": slurm.version() if up else None}  # what its controller says it runs
         if self.state.ssh is None:
-            return ClusterInfo(name=self.name, provider=HOST, status=status, nodes=nodes)
+            return ClusterInfo(name=self.name, provider=HOST, status=status, nodes=nodes, details=version)
         return ClusterInfo(self.name, SSH, status, self.record.created, nodes,
                            details={"ssh": self.state.ssh.to_dict(), "runs_dir": self.state.runs_dir,
-                                    "python": self.state.python},
+                                    "python": self.state.python, **version},
                            where=f"at {self.transport.label}")
 
     def _not_ours(self, verb: str, pcluster_verb: str) -> ClusterkitError:
