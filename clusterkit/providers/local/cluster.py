@@ -27,6 +27,7 @@ from clusterkit.providers.base import (ClusterInfo, DeletionPlan, NodeAction, No
                                        ResizeResult, cannot_act_on_nodes, quiet, slurm_nodes)
 from clusterkit.providers.local import processes, slurms
 from clusterkit.providers.local.config import (
+    ACCOUNTING_DATABASE,
     SSHD_PRIVSEP_DIR,
     TIMINGS,
     LocalClusterConfig,
@@ -371,7 +372,7 @@ class LocalCluster:
         # The accounting database exists before slurmdbd first connects (a database is a directory to MariaDB):
         # Debian 13's client library reports a connection to a missing database as a TLS error, which keeps Slurm
         # 24.11's slurmdbd from creating it and costs a 5 s retry.
-        (layout.mysql_data / "slurm_acct_db").mkdir()
+        (layout.mysql_data / ACCOUNTING_DATABASE).mkdir()
         if config.ssh:
             self._make_ssh_keys()
 

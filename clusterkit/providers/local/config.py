@@ -430,6 +430,9 @@ def render_gres_conf(config: LocalClusterConfig, layout: LocalLayout) -> str:
     return f"AutoDetect=off\nName=gpu File={files}\n"
 
 
+ACCOUNTING_DATABASE = "slurm_acct_db"  # slurmdbd's database in the cluster's own MariaDB
+
+
 def render_slurmdbd_conf(config: LocalClusterConfig, layout: LocalLayout) -> str:
     return "\n".join([
         "AuthType=auth/munge",
@@ -442,7 +445,7 @@ def render_slurmdbd_conf(config: LocalClusterConfig, layout: LocalLayout) -> str
         "StorageType=accounting_storage/mysql",
         "StorageHost=localhost",
         "StorageUser=root",
-        "StorageLoc=slurm_acct_db",
+        f"StorageLoc={ACCOUNTING_DATABASE}",
         "",
     ])
 
