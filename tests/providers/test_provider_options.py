@@ -148,6 +148,11 @@ def test_the_slurm_comes_from_the_flag_else_the_environment_else_the_host(tmp_pa
     assert planned(env="24.11") == "24.11"
     assert planned("--slurm", "host", env="24.11") == "host"
     assert planned("--slurm", "24.11") == "24.11"
+    environ = dict(os.environ, CLUSTERKIT_HOME=str(tmp_path), CLUSTERKIT_LOCAL_SLURM="23.02")
+    refused = subprocess.run([sys.executable, "-m", "clusterkit", "create-cluster", "--provider", "local", "--name",
+                              "x", "--dry-run"], capture_output=True, text=True, env=environ)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert "$CLUSTERKIT_LOCAL_SLURM '23.02' is not a Slurm the local provider runs" in refused.stderr
 
 
 def test_a_dry_run_on_a_slurm_root_shows_its_launcher_and_runs_every_daemon_of_slurm_from_it(tmp_path) -> None:

@@ -30,13 +30,15 @@ ROOT_MARKER = ".clusterkit-root"  # written last by install-slurm.sh: the root i
 def chosen(slurm: str | None) -> str:
     """The Slurm a create asked for: `slurm`, else $CLUSTERKIT_LOCAL_SLURM (a test session, or a machine whose local
     clusters should all run one Slurm), else the host's; checked."""
-    return checked(slurm or os.environ.get(ENV, "") or HOST)
+    if slurm:
+        return checked(slurm)
+    return checked(os.environ.get(ENV, "") or HOST, given_as=f"${ENV}")
 
 
-def checked(slurm: str) -> str:
+def checked(slurm: str, given_as: str = "--slurm") -> str:
     """`slurm` if it names a Slurm the local provider runs; else a one-line error with the choices."""
     if slurm not in CHOICES:
-        raise ClusterkitError(f"--slurm {slurm!r} is not a Slurm the local provider runs",
+        raise ClusterkitError(f"{given_as} {slurm!r} is not a Slurm the local provider runs",
                               fix=f"use one of: {', '.join(CHOICES)} (host: this machine's own packages)")
     return slurm
 
