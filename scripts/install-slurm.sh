@@ -76,7 +76,7 @@ started=$(date +%s)
 building="$root.building.$$"
 $sudo rm -rf "$building"
 $sudo mkdir -p "$(dirname "$root")"
-echo "install-slurm: building a Debian $suite root with Slurm in $root (once; a few minutes)"
+echo "install-slurm: building a Debian $suite root with Slurm in $root (once, then reused)"
 # Manual pages, documentation and translations are left out: nothing runs them.
 $sudo mmdebstrap --variant=essential --mode=root --quiet \
   --include="$(IFS=,; echo "${root_packages[*]}")" \

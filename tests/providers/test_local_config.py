@@ -97,7 +97,7 @@ def test_a_slurm_root_not_built_is_refused_before_anything_is_written(tmp_path, 
     monkeypatch.setattr(slurms, "ROOTS_DIR", tmp_path / "roots")
     with pytest.raises(MissingDependency) as raised:
         slurms.check_installed("24.11")
-    assert raised.value.fix == "build it once with `scripts/install-slurm.sh --slurm 24.11` (a few minutes)"
+    assert raised.value.fix == "build it once with `scripts/install-slurm.sh --slurm 24.11` (it is then reused)"
     (tmp_path / "roots" / "24.11").mkdir(parents=True)  # half-built: no marker yet
     with pytest.raises(MissingDependency):
         slurms.check_installed("24.11")

@@ -53,4 +53,4 @@ def check_installed(slurm: str) -> None:
     root = root_of(slurm)
     if root is not None and not (root / ROOT_MARKER).is_file():
         raise MissingDependency(f"Slurm {slurm} is not installed in {root}",
-                                fix=f"build it once with `scripts/install-slurm.sh --slurm {slurm}` (a few minutes)")
+                                fix=f"build it once with `scripts/install-slurm.sh --slurm {slurm}` (it is then reused)")
