@@ -52,5 +52,6 @@ def check_installed(slurm: str) -> None:
     """Fail before anything is written when the root of `slurm` is not built."""
     root = root_of(slurm)
     if root is not None and not (root / ROOT_MARKER).is_file():
-        raise MissingDependency(f"Slurm {slurm} is not installed in {root}",
-                                fix=f"build it once with `scripts/install-slurm.sh --slurm {slurm}` (it is then reused)")
+        raise MissingDependency(
+            f"Slurm {slurm} is not installed in {root}",
+            fix=f"build it once with `scripts/install-slurm.sh --slurm {slurm}` (it is then reused)")
