@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import signal
 import socket
@@ -77,18 +78,20 @@ def reserved_ports() -> set[int]:
 
 
 def reserve_ports(base: int, count: int, owner: Path) -> None:
-    """Hold ports base..base+count-1 for the cluster in `owner`, or fail if another live cluster does."""
+    """Hold ports base..base+count-1 for the cluster in `owner`, or fail if another live cluster does.
+
+    The look and the claim happen under one machine-wide lock: two creates at once (two test sessions starting
+    together) could otherwise both claim one range, and the later one's slurmd fails to bind its port."""
     PORT_RESERVATIONS.mkdir(mode=0o755, exist_ok=True)
     entry = PORT_RESERVATIONS / f"{base}-{base + count - 1}"
-    if reserved_ports().intersection(range(base, base + count)) - _held_by(owner):
-        raise ClusterkitError(f"ports {base}-{base + count - 1} were taken by another local cluster since this "
-                              "one was planned", fix="create it again: a new plan picks free ports")
-    temporary = entry.with_name(f".{entry.name}.{os.getpid()}")
-    temporary.write_text(f"{owner}\n")
-    os.replace(temporary, entry)
-    if _reservation_owner(entry) != owner:  # lost a race to another create
-        raise ClusterkitError(f"ports {base}-{base + count - 1} were taken by another local cluster",
-                              fix="create it again: a new plan picks free ports")
+    with open(PORT_RESERVATIONS / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if reserved_ports().intersection(range(base, base + count)) - _held_by(owner):
+            raise ClusterkitError(f"ports {base}-{base + count - 1} were taken by another local cluster since this "
+                                  "one was planned", fix="create it again: a new plan picks free ports")
+        temporary = entry.with_name(f".{entry.name}.{os.getpid()}")
+        temporary.write_text(f"{owner}\n")
+        os.replace(temporary, entry)
 
 
 def release_ports(owner: Path) -> None:
