@@ -89,9 +89,11 @@ def test_checkpoint_every_auto_settles_on_an_interval_and_says_why(tmp_path: Pat
     assert "checkpoint at step 11 " in stdout  # the first save, before any cost is measured
     chosen = [line for line in stdout.splitlines() if line.startswith("training: checkpoint every ")]
     assert chosen and "a failure comes every 1 s (3.6e+03 per GPU-hour, $CLUSTERKIT_FAILURES_PER_GPU_HOUR" in chosen[0]
-    steps = int(chosen[-1].split()[3])
+    # The choice moves with the measured step and save times (on a loaded machine, after the last save too): the
+    # saves keep to one of the intervals it said.
+    said = {int(line.split()[3]) for line in chosen}
     saves = [int(line.split()[3]) for line in stdout.splitlines() if line.startswith("checkpoint at step ")]
-    assert len(saves) >= 3 and saves[-1] - saves[-2] == steps
+    assert len(saves) >= 3 and saves[-1] - saves[-2] in said, (saves, chosen)
 
 
 def test_step_log_holds_every_step_and_when_it_was_done(tmp_path: Path) -> None:
