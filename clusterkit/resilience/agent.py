@@ -37,6 +37,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -192,14 +193,16 @@ class Agent:
         self.held_back: dict[str, HeldBack] = {}  # node let go of a job -> until when it is held
         timeout = slurm_seconds(config.get("MessageTimeout", ""), 10)
         self.linger_s = PARENT_TRIES * timeout + 5
+        self._record_lock = threading.Lock()  # the stale-step ends record from worker threads
 
     def record(self, event: str, **details: object) -> None:
         entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "unix": round(time.time(), 3), "event": event,
                  **details}
-        print(" ".join(f"{key}={value}" for key, value in entry.items()), flush=True)
-        if self.log is not None:
-            with open(self.log, "a") as handle:
-                handle.write(json.dumps(entry) + "\n")
+        with self._record_lock:
+            print(" ".join(f"{key}={value}" for key, value in entry.items()), flush=True)
+            if self.log is not None:
+                with open(self.log, "a") as handle:
+                    handle.write(json.dumps(entry) + "\n")
 
     def queue(self) -> list[QueuedJob]:
         result = self.slurm.run("squeue", "-h", "-a", "-t", "RUNNING,PENDING,COMPLETING", "-o", _QUEUE_FORMAT)
