@@ -27,7 +27,8 @@ node} x path:
     spare     a 2-node job with `supervise: {spares: 1}` on a 4-node cluster (the allocation holds a spare)
     free      a 2-node job on a 4-node cluster: a requeue finds free nodes
     replace   a 2-node job on a 2-node cluster whose replacer (clustermgtd's part: 60 s loop, 30 s boot) brings
-              back a failed node: the requeued job waits for the replacement
+              back a failed node: the requeued job waits for the replacement (the table shows when the
+              replacement served, from the replacer's log, and the seconds after it to the first resumed step)
 
 the seconds from the fault to the first resumed training step: the first heartbeat a rank writes after it (a
 rank beats right after each optimizer step). With clusterkit: the job supervised, the cluster agent running.
@@ -164,6 +165,7 @@ class CaseResult:
     state: str = ""
     bit_identical: bool = False
     recovery: str = ""  # what happened, from the supervisor's decisions or the attempts
+    replaced_s: float | None = None  # replace path: fault -> the failed node's replacement ready (the replacer's log)
     failure: str = ""  # why the case failed: the log's tail and the agent's lines
 
     @property
@@ -216,6 +218,20 @@ def restore(cluster, node: str, replaced: bool) -> None:  # noqa: ANN001
             pass
     cluster.terminate_node(node)
     cluster.boot_node(node)
+
+
+def replacement_ready_after(cluster, node: str, faulted: float) -> float | None:  # noqa: ANN001
+    """Seconds from the fault to `node`'s replacement serving (to the second, as the replacer logs); None where no
+    replacement of it began after the fault and ended."""
+    from clusterkit.jobs.recoveries import parse_time
+
+    replacement = cluster.replacements().get(node)
+    if replacement is None or replacement.ready_at is None:
+        return None
+    began, ready = parse_time(replacement.terminated_at), parse_time(replacement.ready_at)
+    if began is None or ready is None or began < faulted - 1:  # a replacement from before this case
+        return None
+    return ready - faulted
 
 
 def run_case(cluster, case: str, supervised: bool, digest: str, step_seconds: float) -> CaseResult:  # noqa: ANN001
@@ -294,6 +310,8 @@ def run_case(cluster, case: str, supervised: bool, digest: str, step_seconds: fl
                             f" [agent: {'; '.join(agent) or 'nothing'}]")
         if not result.ok:
             result.failure += "\n    log tail:\n      " + "\n      ".join(log.splitlines()[-25:])
+        if victim and path == "replace":
+            result.replaced_s = replacement_ready_after(cluster, victim, faulted)
         if victim:
             restore(cluster, victim, replaced=path == "replace")
     return result
@@ -341,7 +359,8 @@ def pc_table(condition: str, results: list[CaseResult]) -> str:
     clusterkit = {r.case: r for r in results if r.by == "clusterkit"}
     slurm = {r.case: r for r in results if r.by == "slurm"}
     lines = [f"{condition}: seconds from the fault to the first resumed step (first heartbeat after it)",
-             f"  {'case':<20} {'clusterkit':>11} {'slurm alone':>12} {'ratio':>6} {'lost':>5}  targets"]
+             f"  {'case':<20} {'clusterkit':>11} {'slurm alone':>12} {'ratio':>6} {'lost':>5} "
+             f"{'replaced':>9} {'after it':>9}  targets"]
     for case in CASES:
         ours = clusterkit.get(case)
         theirs = slurm.get(case) or (slurm.get(case.replace("-spare", "-free")) if case.endswith("-spare") else None)
@@ -352,9 +371,16 @@ def pc_table(condition: str, results: list[CaseResult]) -> str:
         ratio = (f"{ours.seconds / slurm_s:.2f}" if ours is not None and ours.ok and slurm_s else "-")
         lost = ours.steps_lost if ours is not None else None
         shown = targets(case, ours.seconds if ours is not None and ours.ok else None, slurm_s) if ours else []
+        replaced = ours.replaced_s if ours is not None else None
+        after = (ours.seconds - replaced if ours is not None and ours.seconds is not None and replaced is not None
+                 else None)
         lines.append(f"  {case:<20} {cell(ours):>11} {cell(theirs) + borrowed:>12} {ratio:>6} "
-                     f"{'-' if lost is None else lost:>5}  {', '.join(shown)}")
+                     f"{'-' if lost is None else lost:>5} {'-' if replaced is None else f'{replaced:.0f}':>9} "
+                     f"{'-' if after is None else f'{after:.1f}':>9}  {', '.join(shown)}")
     lines.append("  * Slurm alone has no spare path: its figure is the free-node requeue's (same job, unsupervised)")
+    if any(r.replaced_s is not None for r in clusterkit.values()):
+        lines.append("  replaced: fault -> the failed node's replacement serving (the replacer: 60 s loop, 30 s boot); "
+                     "after it: to the first resumed step")
     return "\n".join(lines)
 
 
