@@ -28,7 +28,9 @@ node} x path:
     free      a 2-node job on a 4-node cluster: a requeue finds free nodes
     replace   a 2-node job on a 2-node cluster whose replacer (clustermgtd's part: 60 s loop, 30 s boot) brings
               back a failed node: the requeued job waits for the replacement (the table shows when the
-              replacement served, from the replacer's log, and the seconds after it to the first resumed step)
+              replacement served, from the replacer's log, and the seconds after it to the first resumed step);
+              each case waits a time drawn from `--seed` (0 to one loop) before it starts, so that its fault
+              comes at a random point of the replacer's loop, as a user's does, not in step with it
 
 the seconds from the fault to the first resumed training step: the first heartbeat a rank writes after it (a
 rank beats right after each optimizer step). With clusterkit: the job supervised, the cluster agent running.
@@ -53,6 +55,7 @@ import fnmatch
 import json
 import multiprocessing
 import os
+import random
 import re
 import subprocess
 import sys
@@ -234,7 +237,8 @@ def replacement_ready_after(cluster, node: str, faulted: float) -> float | None:
     return ready - faulted
 
 
-def run_case(cluster, case: str, supervised: bool, digest: str, step_seconds: float) -> CaseResult:  # noqa: ANN001
+def run_case(cluster, case: str, supervised: bool, digest: str, step_seconds: float,  # noqa: ANN001
+             phase_s: float = 0.0) -> CaseResult:
     from clusterkit import runtime
     from clusterkit.jobs.spec import job_from_dict
     from clusterkit.jobs.submit import submit
@@ -258,6 +262,7 @@ def run_case(cluster, case: str, supervised: bool, digest: str, step_seconds: fl
         (workdir / "hb").mkdir()
         env[runtime.HEARTBEAT_DIR_ENV] = str(workdir / "hb")
     wait_for_idle_nodes(cluster)
+    time.sleep(phase_s)  # a case starts as the last replacement ends: in step with the replacer's loop, unless moved
     handle = submit(job_from_dict(spec), cluster.name, workdir=workdir)
     victim = ""
     faulted = time.time()
@@ -318,7 +323,7 @@ def run_case(cluster, case: str, supervised: bool, digest: str, step_seconds: fl
 
 
 def pc_condition(clusters: dict[str, object], cases: list[str], baseline: bool, digest: str,
-                 step_seconds: float, condition: str) -> list[CaseResult]:
+                 step_seconds: float, condition: str, phases: random.Random) -> list[CaseResult]:
     """Every chosen case with clusterkit, then (with --baseline) with Slurm alone; each printed as it ends."""
     results: list[CaseResult] = []
     runs = [(case, True) for case in cases]
@@ -326,10 +331,13 @@ def pc_condition(clusters: dict[str, object], cases: list[str], baseline: bool, 
         runs += [(case, False) for case in dict.fromkeys(c.replace("-spare", "-free") for c in cases)]
     for case, supervised in runs:
         cluster = clusters["replace" if case.endswith("-replace") else "four"]
-        result = run_case(cluster, case, supervised, digest, step_seconds)
+        # A user's fault comes at any point of clustermgtd's loop: each replace case at a phase drawn from --seed.
+        phase = phases.uniform(0, cluster.config.timings.replace_loop_s) if case.endswith("-replace") else 0.0
+        result = run_case(cluster, case, supervised, digest, step_seconds, phase)
         results.append(result)
-        print(f"[{condition}] {case} {result.by}: " + (f"{result.seconds:.1f} s to the first resumed step (step "
-              f"{result.first_step})" if result.seconds is not None else "no resumed step")
+        late = f" (started {phase:.0f} s late)" if phase else ""
+        print(f"[{condition}] {case} {result.by}{late}: " + (f"{result.seconds:.1f} s to the first resumed step "
+              f"(step {result.first_step})" if result.seconds is not None else "no resumed step")
               + f", {result.state}, bit-identical {result.bit_identical}, steps lost {result.steps_lost}, "
               f"{result.recovery}" + (f"\n  FAILED CASE: {result.failure}" if not result.ok else ""), flush=True)
     return results
@@ -412,7 +420,8 @@ def parallelcluster(options: argparse.Namespace) -> None:
             for loop in loops:
                 loop.start()
             try:
-                results = pc_condition(clusters, chosen, options.baseline, digest, options.step_seconds, condition)
+                results = pc_condition(clusters, chosen, options.baseline, digest, options.step_seconds, condition,
+                                       random.Random(options.seed))
             finally:
                 for loop in loops:
                     loop.terminate()
@@ -440,6 +449,8 @@ def main() -> None:
     parser.add_argument("--baseline", action="store_true", help="parallelcluster: Slurm alone as well")
     parser.add_argument("--loaded-only", action="store_true", help="parallelcluster: skip the idle condition")
     parser.add_argument("--step-seconds", type=float, default=0.15, help="parallelcluster: a training step's sleep")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="parallelcluster: draws each replace case's point in the replacer's loop")
     options = parser.parse_args()
     os.environ["CLUSTERKIT_HOME"] = tempfile.mkdtemp(prefix="ck-bench-")
     if options.timings == "parallelcluster":
