@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -255,3 +256,37 @@ def test_a_batch_host_that_answers_its_probe_is_left_alone(tmp_path: Path) -> No
     agent.once()  # never beat: probed, answered
     agent.once()
     assert slurm.updates == [] and [c for c in slurm.commands if c[0] == "srun"][:1]
+
+
+class _SlowStdout:
+    """A stdout that lets other threads run between writes, as a pipe to journald can: print's line and its newline
+    are two writes."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.written.append(text)
+        time.sleep(0.002)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_records_from_the_agents_worker_threads_stay_whole_lines(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    stdout = _SlowStdout()
+    monkeypatch.setattr(sys, "stdout", stdout)
+    log = tmp_path / "agent.jsonl"
+    agent = Agent(ProbedSlurm(), log, silence_s=0.1, probe_s=3)  # type: ignore[arg-type]
+    threads = [threading.Thread(target=lambda n=n: [agent.record("stale_steps_ended", node=f"n{n}", i=i)
+                                                    for i in range(10)]) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    lines = "".join(stdout.written).splitlines()
+    assert len(lines) == 40
+    assert all(line.startswith("time=") and line.count("event=") == 1 for line in lines)
+    assert [json.loads(line)["event"] for line in log.read_text().splitlines()] == ["stale_steps_ended"] * 40
